@@ -1,0 +1,51 @@
+"""The ``ares`` command line.
+
+Exit codes (a contract): 0 ok, 1 error, 2 usage or configuration, 3 version conflict,
+4 unavailable (broker unreachable or no owner answered), 5 integrity failure.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ares.cli.common import AppContext, run_cli
+from ares.cli.dev import dev
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.option("--bootstrap-servers", envvar="ARES_KAFKA_BOOTSTRAP", show_envvar=True,
+              help="Kafka bootstrap servers, host:port[,host:port]  [default: 127.0.0.1:9092]")
+@click.option("--postgres-dsn", envvar="ARES_POSTGRES_DSN", show_envvar=True,
+              help="PostgreSQL DSN for the read models (projections).")
+@click.option("--topic-prefix", envvar="ARES_TOPIC_PREFIX", show_envvar=True,
+              help="Prefix of every topic name, one per environment sharing a cluster.")
+@click.version_option(package_name="ares-mesh", prog_name="ares")
+@click.pass_context
+def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | None,
+        topic_prefix: str | None) -> None:
+    """ares-mesh: crash-proof long-running agents on Apache Kafka.
+
+    \b
+    Start here:
+      ares dev up          a local Kafka broker and PostgreSQL on 127.0.0.1
+      ares dev status      what runs where, with versions, pids and log files
+      ares dev down        stop both
+
+    Every command reads ARES_* environment variables; flags override them.
+    """
+    ctx.obj = AppContext(overrides={
+        "kafka_bootstrap": bootstrap_servers,
+        "postgres_dsn": postgres_dsn,
+        "topic_prefix": topic_prefix,
+    })
+
+
+cli.add_command(dev)
+
+
+def main() -> None:
+    sys.exit(run_cli(cli))

@@ -1,0 +1,113 @@
+"""Settings in one place.
+
+Every setting is an environment variable with the ``ARES_`` prefix; CLI flags override them
+and the Helm chart sets the same names. ``Settings.from_env`` validates at start-up and
+fails with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ares.errors import ConfigError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_POSTGRES_DSN = "postgresql://ares:ares@127.0.0.1:5432/ares"
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Resolved settings of one ares process."""
+
+    kafka_bootstrap: str = DEFAULT_BOOTSTRAP
+    postgres_dsn: str = DEFAULT_POSTGRES_DSN
+    # Prepended to every topic name, so several environments can share one Kafka cluster.
+    topic_prefix: str = ""
+    # Largest record the services accept (and the topics allow); larger input is dead-lettered.
+    max_record_bytes: int = 1_048_576
+    request_timeout_s: float = 10.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read ``ARES_*`` variables, apply non-None ``overrides`` (CLI flags), validate."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {
+            "kafka_bootstrap": env.get("ARES_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+            "postgres_dsn": env.get("ARES_POSTGRES_DSN", DEFAULT_POSTGRES_DSN),
+            "topic_prefix": env.get("ARES_TOPIC_PREFIX", ""),
+            "max_record_bytes": _int_setting(env, "ARES_MAX_RECORD_BYTES", 1_048_576),
+            "request_timeout_s": _float_setting(env, "ARES_REQUEST_TIMEOUT_S", 10.0),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the non-None ``overrides`` applied and validated."""
+        settings = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if not self.kafka_bootstrap.strip():
+            raise ConfigError("ARES_KAFKA_BOOTSTRAP is empty: give host:port[,host:port]")
+        for server in self.kafka_bootstrap.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(
+                    f"ARES_KAFKA_BOOTSTRAP: {server.strip()!r} is not host:port "
+                    f"(got {self.kafka_bootstrap!r})"
+                )
+        if not self.postgres_dsn.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "ARES_POSTGRES_DSN must be a postgresql:// URL "
+                f"(got {_redact_dsn(self.postgres_dsn)!r})"
+            )
+        if not _PREFIX_RE.match(self.topic_prefix):
+            raise ConfigError(
+                f"ARES_TOPIC_PREFIX {self.topic_prefix!r} may only hold letters, digits, . _ -"
+            )
+        if self.max_record_bytes < 1024:
+            raise ConfigError("ARES_MAX_RECORD_BYTES must be at least 1024")
+        if self.request_timeout_s <= 0:
+            raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
+
+    def topic(self, name: str) -> str:
+        """The environment's name of a logical topic (``ares.events`` → ``<prefix>ares.events``)."""
+        return f"{self.topic_prefix}{name}"
+
+    @property
+    def redacted_postgres_dsn(self) -> str:
+        return _redact_dsn(self.postgres_dsn)
+
+
+def _int_setting(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer (got {raw!r})") from None
+
+
+def _float_setting(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number (got {raw!r})") from None
+
+
+def _redact_dsn(dsn: str) -> str:
+    """Hide the password of a DSN: secrets never appear in messages or logs."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)

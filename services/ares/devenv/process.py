@@ -1,0 +1,55 @@
+"""Small process helpers shared by the broker and the database launchers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import deque
+from pathlib import Path
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else (e.g. the postgres user)
+        return True
+    # A zombie child still answers kill(0); treat it as gone.
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return False
+    return True
+
+
+def read_pid(path: Path) -> int | None:
+    """The pid in the first line of ``path`` if that process is alive, else None."""
+    try:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def terminate(pid: int, grace_s: float) -> None:
+    """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10.0)
+        while time.monotonic() < deadline:
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file, for error messages."""
+    try:
+        with path.open(errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError:
+        return f"(no log at {path})"
