@@ -1,0 +1,68 @@
+"""Helpers for integration tests that talk to the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+@asynccontextmanager
+async def admin_client(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+@asynccontextmanager
+async def temp_topics(
+    bootstrap: str, names: Sequence[str], partitions: int = 1
+) -> AsyncIterator[list[str]]:
+    """Create topics for one test and delete them afterwards."""
+    async with admin_client(bootstrap) as admin:
+        await admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+        )
+        try:
+            yield list(names)
+        finally:
+            await admin.delete_topics(list(names))
+
+
+@asynccontextmanager
+async def started(
+    client: AIOKafkaProducer | AIOKafkaConsumer,
+) -> AsyncIterator[AIOKafkaProducer | AIOKafkaConsumer]:
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.stop()
+
+
+async def drain(
+    bootstrap: str, topic: str, *, isolation_level: str, partitions: int = 1
+) -> list[bytes]:
+    """Every record value of ``topic`` up to the end, read with the given isolation level."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        values: list[bytes] = []
+        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
+            batch = await consumer.getmany(*tps, timeout_ms=1000)
+            for records in batch.values():
+                values.extend(r.value for r in records)
+        return values
+    finally:
+        await consumer.stop()
