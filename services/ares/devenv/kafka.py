@@ -190,7 +190,8 @@ def format_storage(libs: Path, layout: KafkaLayout) -> None:
 
 
 def running_pid(layout: KafkaLayout) -> int | None:
-    return process.read_pid(layout.pid_file)
+    # Our broker's command line names its config file: a recycled pid does not.
+    return process.read_pid(layout.pid_file, expect=str(layout.config_file))
 
 
 def start(layout: KafkaLayout, version: str, timeout_s: float = 120.0) -> int:

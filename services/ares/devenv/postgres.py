@@ -41,6 +41,10 @@ class PostgresLayout:
         return self.root / "postgres.log"
 
     @property
+    def lock_file(self) -> Path:
+        return self.data_dir / "postmaster.pid"
+
+    @property
     def dsn(self) -> str:
         return f"postgresql://{DB_USER}:{DB_PASSWORD}@127.0.0.1:{self.port}/{DB_NAME}"
 
@@ -52,6 +56,11 @@ class PostgresLayout:
 def bindir() -> Path:
     """The PostgreSQL server binaries: ``ARES_DEV_PG_BINDIR``, else Debian's, 15 preferred."""
     if override := os.environ.get("ARES_DEV_PG_BINDIR"):
+        if not (Path(override) / "postgres").is_file():
+            raise InfrastructureError(
+                f"ARES_DEV_PG_BINDIR={override} holds no `postgres` binary: point it at the "
+                "bin directory of a PostgreSQL installation (e.g. /usr/lib/postgresql/15/bin)"
+            )
         return Path(override)
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
     preferred = [c for c in candidates if f"/{PREFERRED_MAJOR}/" in c]
@@ -112,7 +121,15 @@ def _run(cmd: list[str], what: str) -> None:
 
 
 def running_pid(layout: PostgresLayout) -> int | None:
-    return process.read_pid(layout.data_dir / "postmaster.pid")
+    # pg_ctl starts the postmaster with ``-D <data dir>``: a recycled pid lacks it.
+    return process.read_pid(layout.lock_file, expect=str(layout.data_dir))
+
+
+def _remove_stale_lock(layout: PostgresLayout) -> None:
+    """A lock file whose pid now belongs to another process: PostgreSQL would refuse to
+    start ("lock file already exists") until someone deletes it, so we do."""
+    if layout.lock_file.exists() and running_pid(layout) is None:
+        layout.lock_file.unlink(missing_ok=True)
 
 
 def start(layout: PostgresLayout, timeout_s: float = 60.0) -> int:
@@ -124,6 +141,7 @@ def start(layout: PostgresLayout, timeout_s: float = 60.0) -> int:
               "--auth-local=trust", "--auth-host=trust", "-E", "UTF8", "--no-instructions"],
              "initdb")
     if running_pid(layout) is None:
+        _remove_stale_lock(layout)
         options = (f"-c listen_addresses=127.0.0.1 -p {layout.port} "
                    f"-k {layout.socket_dir} -c fsync=off -c max_connections=200")
         _run([str(bins / "pg_ctl"), "-D", str(layout.data_dir), "-l", str(layout.log_file),

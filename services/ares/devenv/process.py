@@ -25,13 +25,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def read_pid(path: Path) -> int | None:
-    """The pid in the first line of ``path`` if that process is alive, else None."""
+def read_pid(path: Path, expect: str | None = None) -> int | None:
+    """The pid in the first line of ``path`` if that process is alive, else None.
+
+    With ``expect``, the process's command line must also contain it: after a reboot a pid
+    file outlives its process and the number may now belong to an unrelated one, which
+    must be neither reported as running nor signalled.
+    """
     try:
         pid = int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if pid_alive(pid) else None
+    if not pid_alive(pid):
+        return None
+    if expect is not None:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
+        except OSError:  # no /proc (or hidden): trust the pid file
+            return pid
+        if expect not in cmdline.replace("\0", " "):
+            return None
+    return pid
 
 
 def terminate(pid: int, grace_s: float) -> None:
