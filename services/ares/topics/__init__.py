@@ -1,0 +1,59 @@
+"""Kafka topics of ares-mesh: topics.yaml is the single source of their names and configs.
+
+The services ask here for topic names and the co-partitioned partition count::
+
+    plan = load_topics(settings)
+    producer.send(plan.name(EVENTS), key=agent_id, ...)
+    owner_of = murmur2(agent_id) % plan.partitions
+
+``ares topics apply`` makes the cluster match the plan; ``ares topics list`` shows drift.
+"""
+
+from ares.topics.apply import RefusedChangeError, apply_topics, delete_topics, inspect_topics
+from ares.topics.diff import ChangeSet, Difference, TopicChange, TopicState, plan_changes
+from ares.topics.loader import checkout_topics_file, load_topics, packaged_topics_file
+from ares.topics.spec import (
+    ALERTS,
+    COMMANDS,
+    DLQ,
+    EVENTS,
+    HEARTBEATS,
+    PER_AGENT_TOPICS,
+    REPLIES,
+    REQUIRED_TOPICS,
+    SNAPSHOTS,
+    SUMMARIES,
+    TopicOverrides,
+    TopicPlan,
+    TopicSpec,
+    build_plan,
+)
+
+__all__ = [
+    "ALERTS",
+    "COMMANDS",
+    "DLQ",
+    "EVENTS",
+    "HEARTBEATS",
+    "PER_AGENT_TOPICS",
+    "REPLIES",
+    "REQUIRED_TOPICS",
+    "SNAPSHOTS",
+    "SUMMARIES",
+    "ChangeSet",
+    "Difference",
+    "RefusedChangeError",
+    "TopicChange",
+    "TopicOverrides",
+    "TopicPlan",
+    "TopicSpec",
+    "TopicState",
+    "apply_topics",
+    "build_plan",
+    "checkout_topics_file",
+    "delete_topics",
+    "inspect_topics",
+    "load_topics",
+    "packaged_topics_file",
+    "plan_changes",
+]
