@@ -1,0 +1,334 @@
+"""The wire codec: Avro single-object encoding of every ares record.
+
+Wire format (the Avro spec's single-object encoding)::
+
+    C3 01 | CRC-64-AVRO fingerprint of the writer schema (8 bytes, little-endian) | Avro body
+
+so any consumer, in any language, finds the writer schema from the bytes alone. The
+fingerprint registry holds the current schemas and every released version, and decoding
+resolves writer -> current reader, so old records stay readable after an upgrade.
+``WireFormat`` is the extension point for the Confluent framing (``00`` + schema id) once a
+schema registry is configured; only the header differs, the body is the same.
+
+This is the hot path of append and replay: schemas are parsed once (``schemas.registry``),
+every call is one fastavro ``schemaless_writer``/``schemaless_reader`` on a BytesIO, and
+resolution is skipped when the writer is the current schema.
+
+Errors are ``CodecError`` (a ``SchemaError``) whose ``reason`` is a short stable code —
+``bad_magic | unknown_fingerprint | truncated | schema_mismatch | invalid_payload`` — used
+as the DLQ's reason header; the message adds the detail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from io import BytesIO
+from typing import Any, Protocol
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.read import SchemaResolutionError
+
+from ares.errors import SchemaError
+from ares.events.model import Event
+from ares.events.schemas import (
+    COMMAND,
+    COMMAND_PAYLOADS,
+    EVENT,
+    EVENT_PAYLOADS,
+    JSON_PAYLOAD,
+    REASONS,
+    CodecError,
+    PayloadSpec,
+    Schema,
+    SchemaFile,
+    SchemaRegistry,
+    canonical_json,
+    registry,
+    specs_of,
+)
+
+MAGIC = b"\xc3\x01"
+HEADER_SIZE = 10
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class WireFormat(Protocol):
+    """How the writer schema is named in front of the Avro body."""
+
+    def header(self, schema: SchemaFile) -> bytes:
+        """The bytes that precede a body written with ``schema``."""
+        ...
+
+    def writer_of(self, data: bytes) -> tuple[SchemaFile, int]:
+        """The writer schema of ``data`` and the offset of its body; ``CodecError`` else."""
+        ...
+
+
+class SingleObjectEncoding:
+    """``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint (Avro specification)."""
+
+    def __init__(self, schemas: SchemaRegistry) -> None:
+        self._by_fingerprint = schemas.by_fingerprint
+
+    def header(self, schema: SchemaFile) -> bytes:
+        return MAGIC + schema.fingerprint
+
+    def writer_of(self, data: bytes) -> tuple[SchemaFile, int]:
+        if data[:2] != MAGIC:
+            if len(data) < 2 and MAGIC.startswith(data):
+                raise CodecError("truncated", f"{len(data)} bytes, a record has {HEADER_SIZE}+")
+            got = data[:2].hex(" ") or "no bytes"
+            raise CodecError("bad_magic", f"expected c3 01, got {got}")
+        if len(data) < HEADER_SIZE:
+            raise CodecError("truncated", f"header of {len(data)} bytes, expected {HEADER_SIZE}")
+        fingerprint = bytes(data[2:HEADER_SIZE])
+        writer = self._by_fingerprint.get(fingerprint)
+        if writer is None:
+            raise CodecError(
+                "unknown_fingerprint",
+                f"no known schema has fingerprint {fingerprint.hex()} "
+                f"({len(self._by_fingerprint)} known)",
+            )
+        return writer, HEADER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPayload:
+    """A payload ready for the wire: its union branch, what is written, what reads back."""
+
+    record: str  # full name of the payload record (the union branch)
+    datum: dict[str, Any]  # the record as written
+    value: dict[str, Any]  # the payload as decode_event returns it
+
+
+class Codec:
+    """Encodes and decodes ares records; one instance per registry, shared and stateless."""
+
+    def __init__(self, schemas: SchemaRegistry | None = None,
+                 wire: WireFormat | None = None) -> None:
+        self.schemas = schemas if schemas is not None else registry()
+        self.wire = wire if wire is not None else SingleObjectEncoding(self.schemas)
+        self._event = self.schemas.get(EVENT)
+        self._event_header = self.wire.header(self._event)
+        self._event_specs = specs_of(self._event, EVENT_PAYLOADS)
+        self._command_specs = specs_of(self.schemas.get(COMMAND), COMMAND_PAYLOADS)
+        fields = self._event.parsed["fields"]
+        if fields[-1]["name"] != "hash" or fields[-1]["type"] != "string":
+            # chain.seal_encoded splices the hash into the body: it must be the last field.
+            raise SchemaError(f"{self._event.path}: 'hash' must be the last field of {EVENT}")
+        # Reader schema per writer fingerprint; None when the writer is current (no resolution).
+        self._readers: dict[bytes, Schema | None] = {}
+        for fp, sf in self.schemas.by_fingerprint.items():
+            current = self.schemas.current.get(sf.name)
+            same = current is not None and current.fingerprint == fp
+            self._readers[fp] = None if same or current is None else current.parsed
+
+    # -- generic records -----------------------------------------------------------------
+
+    def encode(self, name: str, datum: Mapping[str, Any]) -> bytes:
+        """Encode a record of the current schema ``name``.
+
+        The payload of an Event or a Command is a plain mapping whose record follows from
+        ``type`` (``EVENT_PAYLOADS``/``COMMAND_PAYLOADS``); timestamps are aware datetimes
+        or integer microseconds since the epoch.
+        """
+        try:
+            sf = self.schemas.get(name)
+        except SchemaError as e:
+            raise CodecError("invalid_payload", str(e)) from None
+        record = dict(datum)
+        if name == EVENT:
+            prepared = self.prepare_payload(str(record.get("type")), record.get("payload"))
+            record["payload"] = (prepared.record, prepared.datum)
+            record["metadata"] = normalize_metadata(record.get("metadata", {}))
+            record["timestamp"] = _micros(record.get("timestamp"))
+        elif name == COMMAND:
+            spec = self._command_specs.get(str(record.get("type")))
+            if spec is None:
+                raise CodecError("invalid_payload", f"unknown command type {record.get('type')!r}"
+                                 f" (known: {sorted(self._command_specs)})")
+            record["payload"] = (spec.record, spec.normalize(record.get("payload")))
+        return self.wire.header(sf) + self._write(sf, record)
+
+    def decode(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        """The record name and the record, resolved to the current schema of that name."""
+        writer, offset = self.wire.writer_of(data)
+        record = self._read(writer, data, offset)
+        if writer.name == EVENT:
+            record["payload"] = self._payload_value(record)
+        elif writer.name == COMMAND:
+            record["payload"] = record["payload"][1]
+        return writer.name, record
+
+    # -- events --------------------------------------------------------------------------
+
+    def prepare_payload(self, event_type: str, payload: Any, *,
+                        read_back: bool = True) -> PreparedPayload:
+        """Validate ``payload`` for ``event_type``: the typed record, or JSON for other types.
+
+        ``read_back=False`` skips computing ``value`` for JSON payloads (encoding only).
+        """
+        spec = self._event_specs.get(event_type)
+        if spec is not None:
+            value = spec.normalize(payload)
+            return PreparedPayload(spec.record, value, value)
+        if not isinstance(payload, Mapping):
+            got = type(payload).__name__
+            raise CodecError("invalid_payload", f"{event_type}: payload must be a mapping, "
+                             f"got {got}")
+        try:
+            text = canonical_json(payload)
+        except (TypeError, ValueError) as e:
+            raise CodecError("invalid_payload", f"{event_type}: payload is not JSON: {e}") from e
+        # Read back what decode will return (tuples become lists, keys strings): a sealed
+        # event must equal the same event after a round trip through Kafka.
+        value = json.loads(text) if read_back else dict(payload)
+        return PreparedPayload(JSON_PAYLOAD, {"json": text}, value)
+
+    def encode_event(self, event: Event) -> bytes:
+        return self._event_header + self.event_body(event, hash_=event.hash)
+
+    def frame_event(self, body: bytes) -> bytes:
+        """Prefix an Event body (from ``event_body``) with the current Event header."""
+        return self._event_header + body
+
+    def event_body(self, event: Event, *, hash_: str = "",
+                   prepared: PreparedPayload | None = None,
+                   schema: SchemaFile | None = None) -> bytes:
+        """The Avro body of ``event`` with ``hash`` replaced by ``hash_``.
+
+        With the defaults this is the canonical encoding the hash chain covers. ``schema``
+        selects an older Event schema (verifying events written before an upgrade).
+        """
+        if prepared is None:
+            prepared = self.prepare_payload(event.type, event.payload, read_back=False)
+        datum = {
+            "id": event.id,
+            "stream_id": event.stream_id,
+            "type": event.type,
+            "module": event.module,
+            "version": event.version,
+            "timestamp": _micros(event.timestamp),
+            "payload": (prepared.record, prepared.datum),
+            "metadata": normalize_metadata(event.metadata),
+            "prev_hash": event.prev_hash,
+            "hash": hash_,
+        }
+        return self._write(schema or self._event, datum)
+
+    def decode_event(self, data: bytes) -> Event:
+        writer, offset = self.wire.writer_of(data)
+        if writer.name != EVENT:
+            raise CodecError("schema_mismatch", f"expected {EVENT}, got {writer.name}")
+        r = self._read(writer, data, offset)
+        return Event(
+            id=r["id"], stream_id=r["stream_id"], type=r["type"], module=r["module"],
+            version=r["version"], timestamp=r["timestamp"], payload=self._payload_value(r),
+            metadata=r["metadata"], prev_hash=r["prev_hash"], hash=r["hash"],
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _payload_value(self, record: dict[str, Any]) -> dict[str, Any]:
+        name, value = record["payload"]
+        if name != JSON_PAYLOAD:
+            return value  # type: ignore[no-any-return]
+        try:
+            decoded = json.loads(value["json"])
+        except ValueError as e:
+            raise CodecError("invalid_payload", f"{record['type']}: payload JSON: {e}") from e
+        if not isinstance(decoded, dict):
+            raise CodecError("invalid_payload", f"{record['type']}: payload JSON is no object")
+        return decoded
+
+    def _write(self, sf: SchemaFile, datum: dict[str, Any]) -> bytes:
+        buf = BytesIO()
+        try:
+            schemaless_writer(buf, sf.parsed, datum)
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as e:
+            raise CodecError("invalid_payload", f"{sf.name}: {e}") from e
+        return buf.getvalue()
+
+    def _read(self, writer: SchemaFile, data: bytes, offset: int) -> dict[str, Any]:
+        buf = BytesIO(data)
+        buf.seek(offset)
+        reader = self._readers[writer.fingerprint]
+        if reader is None and writer.name not in self.schemas.current:
+            raise CodecError("schema_mismatch", f"{writer.name} ({writer.release}) has no "
+                             "current schema to read it with")
+        try:
+            record = schemaless_reader(buf, writer.parsed, reader, return_record_name=True,
+                                       return_record_name_override=True)
+        except EOFError as e:
+            raise CodecError("truncated", f"{writer.name} body ends early: {e}") from e
+        except SchemaResolutionError as e:
+            raise CodecError("schema_mismatch", f"{writer.name} ({writer.release}): {e}") from e
+        except (ValueError, IndexError, TypeError, KeyError, OverflowError) as e:
+            # UnicodeDecodeError is a ValueError; IndexError: union index out of range.
+            raise CodecError("schema_mismatch",
+                             f"{writer.name}: body does not match the writer schema: {e!r}") from e
+        trailing = len(data) - buf.tell()
+        if trailing:
+            raise CodecError("schema_mismatch", f"{writer.name}: {trailing} bytes after the body")
+        if not isinstance(record, dict):
+            raise CodecError("schema_mismatch", f"{writer.name}: body is not a record")
+        return record
+
+
+def normalize_metadata(metadata: Any) -> dict[str, str]:
+    """Metadata sorted by key (hash determinism); keys and values must be strings."""
+    if not metadata:
+        if type(metadata) is dict or isinstance(metadata, Mapping):
+            return {}
+    elif not isinstance(metadata, Mapping):
+        raise CodecError("invalid_payload", f"metadata must be a mapping, got {type(metadata)}")
+    items = sorted(metadata.items())
+    for k, v in items:
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise CodecError("invalid_payload", f"metadata {k!r}: keys and values must be str")
+    return dict(items)
+
+
+def _micros(ts: Any) -> int:
+    """Microseconds since the epoch; a naive datetime is taken as UTC (never local time)."""
+    if isinstance(ts, datetime):
+        aware: datetime = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+        return (aware - _EPOCH) // _MICROSECOND
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return ts
+    raise CodecError("invalid_payload", f"timestamp must be a datetime, got {type(ts).__name__}")
+
+
+@cache
+def default_codec() -> Codec:
+    """The process-wide codec over ``schemas.registry()``."""
+    return Codec()
+
+
+def encode(name: str, datum: Mapping[str, Any]) -> bytes:
+    return default_codec().encode(name, datum)
+
+
+def decode(data: bytes) -> tuple[str, dict[str, Any]]:
+    return default_codec().decode(data)
+
+
+def encode_event(event: Event) -> bytes:
+    return default_codec().encode_event(event)
+
+
+def decode_event(data: bytes) -> Event:
+    return default_codec().decode_event(data)
+
+
+__all__ = [
+    "HEADER_SIZE", "MAGIC", "REASONS", "Codec", "CodecError", "PayloadSpec", "PreparedPayload",
+    "SingleObjectEncoding", "WireFormat", "decode", "decode_event", "default_codec", "encode",
+    "encode_event", "normalize_metadata",
+]
