@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -89,6 +90,15 @@ def test_unknown_command_is_a_usage_error(run_ares: RunAres) -> None:
     code, _, err = run_ares("no-such-command")
     assert code == 2
     assert "No such command" in err
+
+
+def test_a_real_command_with_an_invalid_setting_exits_2_before_any_io() -> None:
+    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": "nonsense"}
+    result = subprocess.run([sys.executable, "-m", "ares", "topics", "list"], env=env,
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "ARES_KAFKA_BOOTSTRAP" in result.stderr
+    assert "'nonsense' is not host:port" in result.stderr
 
 
 def test_invalid_setting_from_the_environment_exits_2_naming_it(
