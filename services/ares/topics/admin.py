@@ -109,10 +109,18 @@ class TopicAdmin:
         # aiokafka raises the first per-topic error itself; _call translates it.
         await self._call("add partitions", self._client.create_partitions(request))
 
-    async def delete(self, names: Sequence[str]) -> None:
-        """Delete topics (tests and teardown); missing ones are ignored."""
-        if names:
-            await self._call("delete topics", self._client.delete_topics(list(names)))
+    async def delete(self, names: Sequence[str]) -> list[str]:
+        """Delete topics (tests and teardown); returns the deleted ones, missing ones ignored.
+
+        By name, through the controller: a topic created a moment ago may not be in a
+        broker's metadata yet, but the controller knows it.
+        """
+        if not names:
+            return []
+        response = await self._call("delete topics", self._client.delete_topics(list(names)))
+        results = [(topic, code, None) for topic, code in response.topic_error_codes]
+        _raise_errors("delete", [r for r in results if r[1] != _UNKNOWN_TOPIC])
+        return [topic for topic, code, _ in results if code == 0]
 
     async def _overrides(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
         if not names:
@@ -153,6 +161,10 @@ def _raise_errors(operation: str, results: Sequence[tuple[str, int, Any]]) -> No
     lines = "; ".join(f"{topic}: {cls.__name__}: {message or cls.description}"
                       for topic, cls, message in failures)
     text = f"the broker refused to {operation} {lines}"
+    if all(cls.__name__ == "TopicAlreadyExistsError" for _, cls, _ in failures):
+        raise TransientError(
+            f"{text}: another apply created them, or the broker's metadata was behind; "
+            "rerun `ares topics apply`")
     if all(cls.__name__ in _BROKER_REJECTED_CONFIG for _, cls, _ in failures):
         raise ConfigError(f"{text} (check topics.yaml)")
     if all(cls.retriable for _, cls, _ in failures):
