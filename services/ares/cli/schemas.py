@@ -1,0 +1,86 @@
+"""``ares schemas``: the Avro schemas — list them, check their evolution, sync the package copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ares.events.compat import check_directory, copy_drift, sync_copy
+from ares.events.schemas import load_directory, package_schema_dir, repo_schema_dir, schema_dir
+
+console = Console(highlight=False)
+
+_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+@click.group()
+def schemas() -> None:
+    """The Avro schemas of every ares record (schemas/*.avsc).
+
+    \b
+    schemas/released/vN/ holds each released version; decoding accepts them all, and
+    `ares schemas check` proves the current schemas can read their records.
+    """
+
+
+@schemas.command("list")
+@click.option("--dir", "directory", type=_DIR, help="schema directory [default: the loaded one]")
+def list_(directory: Path | None) -> None:
+    """Record names, single-object fingerprints and files."""
+    directory = directory or schema_dir()
+    table = Table(box=None)
+    table.add_column("record")
+    table.add_column("fingerprint (CRC-64-AVRO, LE)")
+    table.add_column("file", overflow="fold")
+    for sf in load_directory(directory).values():
+        table.add_row(sf.name, sf.fingerprint.hex(), str(sf.path))
+    console.print(table)
+
+
+@schemas.command()
+@click.option("--dir", "directory", type=_DIR,
+              help="the schemas to check [default: the loaded schema directory]")
+@click.option("--against", "against", type=_DIR, multiple=True,
+              help="a released version to check against (repeatable) "
+                   "[default: every directory under <dir>/released/]")
+@click.pass_context
+def check(ctx: click.Context, directory: Path | None, against: tuple[Path, ...]) -> None:
+    """Prove BACKWARD compatibility with released versions; exit 1 on any problem.
+
+    Two proofs per schema and release: Avro resolution rules (added fields have
+    defaults, type changes are promotions, ...) and a data check (sample records written
+    with the old schema are read with the new one). Plus ares's policies: docs on every
+    record and field, `hash` last in the Event, no field removed from the Event.
+    """
+    directory = directory or schema_dir()
+    report = check_directory(directory, list(against) or None)
+    problems = [str(p) for p in report.problems]
+    if directory.resolve() == repo_schema_dir().resolve():
+        problems += [f"package copy {package_schema_dir()}: {d} (run `ares schemas sync`)"
+                     for d in copy_drift(directory, package_schema_dir())]
+    for name, release, samples in report.checked:
+        console.print(f"checked {name}: {release} -> current ({samples} sample records)")
+    if not report.checked:
+        console.print(f"no released version to compare with under {directory}")
+    if problems:
+        for problem in problems:
+            console.print(f"[red]incompatible[/] {problem}")
+        console.print(f"[bold red]{len(problems)} problem(s)[/]")
+        ctx.exit(1)
+    console.print(f"[green]ok[/]: {len(report.checked)} comparison(s), no problem")
+
+
+@schemas.command()
+@click.option("--dir", "directory", type=_DIR, help="the source [default: the repository's]")
+def sync(directory: Path | None) -> None:
+    """Copy schemas/ into the package (ares/events/avsc), for non-editable installs."""
+    source = directory or repo_schema_dir()
+    target = package_schema_dir()
+    changed = sync_copy(source, target)
+    for rel in changed:
+        console.print(f"updated {target / rel}")
+    console.print(f"{target} is in sync with {source}" if not changed else
+                  f"{len(changed)} file(s) updated")
