@@ -64,3 +64,7 @@ class UnavailableError(TransientError):
 
 class InfrastructureError(AresError):
     """The local development environment could not be prepared or started."""
+
+
+class RecordTooLargeError(AresError):
+    """An event or command is larger than the configured maximum record size."""

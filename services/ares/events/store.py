@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from ares.events.model import Direction, Event, EventFilter, NewEvent
+from ares.events.subscription import Subscription
 
 
 class EventStore(Protocol):
@@ -38,7 +39,7 @@ class EventStore(Protocol):
         """Every committed event of every stream, in log order."""
         ...
 
-    def subscribe(self, event_filter: EventFilter) -> AsyncIterator[Event]:
+    def subscribe(self, event_filter: EventFilter) -> Subscription:
         """Live events appended after the call that match the filter."""
         ...
 

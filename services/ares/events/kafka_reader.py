@@ -1,0 +1,121 @@
+"""Reads of ``ares.events`` partitions: bounded scans with ``read_committed``, no group."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ares.config import Settings
+from ares.errors import SchemaError, UnavailableError
+from ares.events.codec import decode_event
+from ares.events.kafka_errors import translate
+from ares.events.model import Event
+
+log = logging.getLogger(__name__)
+FETCH_TIMEOUT_MS = 500
+
+
+def new_consumer(settings: Settings, **overrides: object) -> AIOKafkaConsumer:
+    options: dict[str, object] = {
+        "bootstrap_servers": settings.kafka_bootstrap,
+        "isolation_level": "read_committed",
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "request_timeout_ms": int(settings.request_timeout_s * 1000),
+        "max_partition_fetch_bytes": max(settings.max_record_bytes * 2, 1_048_576),
+        "fetch_max_bytes": 52_428_800,
+    }
+    options.update(overrides)
+    return AIOKafkaConsumer(**options)
+
+
+class PartitionScanner:
+    """Scans ranges of partitions up to their last stable offset (LSO).
+
+    One consumer, one scan at a time (a lock): scans re-assign the consumer.
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+        self._lock = asyncio.Lock()
+        self.undecodable = 0
+
+    @classmethod
+    async def open(cls, settings: Settings) -> PartitionScanner:
+        # Scans never long-poll: a fetch parked at the broker for new data would hold up
+        # the next scan's first fetch (one fetch in flight per broker).
+        consumer = new_consumer(settings, fetch_max_wait_ms=5)
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise translate(exc, "connecting the event reader") from exc
+        return cls(consumer)
+
+    async def close(self) -> None:
+        await self._consumer.stop()
+
+    async def partitions(self, topic: str) -> int:
+        """Partition count of ``topic``, or an error that says how to create it."""
+        # A topic created a moment ago may take a few metadata refreshes to appear.
+        deadline = time.monotonic() + 5.0
+        while True:
+            cluster = await self._consumer._client.fetch_all_metadata()
+            found = cluster.partitions_for_topic(topic)
+            if found or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        if not found:
+            raise UnavailableError(
+                f"topic {topic!r} does not exist: create the topics with `ares topics apply`"
+            )
+        return len(found)
+
+    async def last_stable_offset(self, tp: TopicPartition) -> int:
+        return int((await self._consumer.end_offsets([tp]))[tp])
+
+    async def wait_until_stable(self, tp: TopicPartition, offset: int,
+                                timeout_s: float = 10.0) -> None:
+        """Wait until ``offset`` is below the LSO: commit markers are written asynchronously
+        after a transaction commits, so a read right after an append must wait for them."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.001
+        while await self.last_stable_offset(tp) < offset:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"{tp.topic}/{tp.partition}: offset {offset} did not "
+                                       f"become stable within {timeout_s}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def scan(
+        self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
+    ) -> AsyncIterator[tuple[int, Event]]:
+        """(offset, event) from ``start`` (default: the log start) to the LSO at call time,
+        only records with ``key`` when given. Undecodable records are counted and skipped:
+        only partition owners write here, so they mean a bug or tampering, logged loudly."""
+        async with self._lock:
+            consumer = self._consumer
+            consumer.assign([tp])
+            if start is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, start)
+            end = await self.last_stable_offset(tp)
+            while await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=FETCH_TIMEOUT_MS)
+                for record in batch.get(tp, ()):
+                    if record.offset >= end:
+                        return
+                    if key is not None and record.key != key:
+                        continue
+                    try:
+                        yield record.offset, decode_event(record.value)
+                    except SchemaError as exc:
+                        self.undecodable += 1
+                        log.error("undecodable record at %s/%d offset %d: %s", tp.topic,
+                                  tp.partition, record.offset, exc)

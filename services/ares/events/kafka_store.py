@@ -1,0 +1,188 @@
+"""The Kafka EventStore: ``ares.events`` partitions, each written by one fenced owner.
+
+A store owns the partitions it is opened with (all by default): opening takes over their
+transactional ids, which fences any previous owner, then rebuilds each owned stream's head
+by scanning the partition. Appends to a stream on a partition owned elsewhere are refused:
+external systems send commands (``ares.Client``) to the owner instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ares.config import Settings
+from ares.errors import AresError
+from ares.events.codec import decode_event
+from ares.events.kafka_errors import translate
+from ares.events.kafka_reader import PartitionScanner, new_consumer
+from ares.events.model import ANY_VERSION, Direction, Event, EventFilter, NewEvent, utc_now
+from ares.events.partition_writer import PartitionWriter, transactional_id
+from ares.events.routing import partition_for
+from ares.events.subscription import Subscription
+from ares.events.writer import StreamTable
+
+
+class NotOwnerError(AresError):
+    """This process does not own the partition of the stream it was asked to append to."""
+
+
+class KafkaEventStore:
+    def __init__(self, settings: Settings, topic: str, partitions: int,
+                 writers: dict[int, PartitionWriter], scanner: PartitionScanner) -> None:
+        self._settings = settings
+        self.topic = topic
+        self.partitions = partitions
+        self._writers = writers
+        self._scanner = scanner
+
+    @classmethod
+    async def open(cls, settings: Settings, owned: Iterable[int] | None = None,
+                   topic: str | None = None) -> KafkaEventStore:
+        topic = topic or settings.topic("ares.events")
+        scanner = await PartitionScanner.open(settings)
+        writers: dict[int, PartitionWriter] = {}
+        try:
+            partitions = await scanner.partitions(topic)
+            for partition in range(partitions) if owned is None else owned:
+                writers[partition] = await open_writer(settings, topic, partition, scanner)
+        except BaseException:
+            for writer in writers.values():
+                await writer.stop()
+            await scanner.close()
+            raise
+        return cls(settings, topic, partitions, writers, scanner)
+
+    @property
+    def owned(self) -> list[int]:
+        return sorted(self._writers)
+
+    def writer(self, partition: int) -> PartitionWriter | None:
+        return self._writers.get(partition)
+
+    def partition_of(self, stream_id: str) -> int:
+        return partition_for(stream_id, self.partitions)
+
+    async def append(self, stream_id: str, events: Sequence[NewEvent],
+                     expected_version: int = ANY_VERSION) -> int:
+        partition = self.partition_of(stream_id)
+        writer = self._writers.get(partition)
+        if writer is None:
+            raise NotOwnerError(
+                f"stream {stream_id!r} lives on partition {partition}, which this process does "
+                "not own: send the append as a command (ares.Client / `ares events append`)"
+            )
+        return await writer.append(stream_id, events, expected_version)
+
+    async def read(self, stream_id: str, from_version: int | None = None,
+                   limit: int | None = None,
+                   direction: Direction = Direction.FORWARD) -> list[Event]:
+        tp = TopicPartition(self.topic, self.partition_of(stream_id))
+        start: int | None = None
+        if (writer := self._writers.get(tp.partition)) is not None:
+            state = writer.table.state(stream_id)
+            if state is None:
+                return []
+            start = state.first_offset
+            await self._scanner.wait_until_stable(tp, writer.committed_end)
+        events = [event async for _, event in self._scanner.scan(tp, start, stream_id.encode())]
+        if direction is Direction.FORWARD:
+            low = from_version or 1
+            selected = [e for e in events if e.version >= low]
+        else:
+            selected = [e for e in reversed(events)
+                        if from_version is None or e.version <= from_version]
+        return selected if limit is None else selected[:limit]
+
+    async def read_all(self) -> AsyncIterator[Event]:
+        for partition in range(self.partitions):
+            tp = TopicPartition(self.topic, partition)
+            if (writer := self._writers.get(partition)) is not None:
+                await self._scanner.wait_until_stable(tp, writer.committed_end)
+            async for _, event in self._scanner.scan(tp):
+                yield event
+
+    def subscribe(self, event_filter: EventFilter) -> Subscription:
+        """Live events from the call on (located by time: records at or after the call)."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        since = utc_now()
+        task = asyncio.create_task(self._follow(event_filter, since, queue))
+
+        async def close() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        return Subscription(queue, close)
+
+    async def _follow(self, event_filter: EventFilter, since: datetime,
+                      queue: asyncio.Queue[Event]) -> None:
+        consumer = new_consumer(self._settings)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            consumer.assign(tps)
+            since_ms = int(since.timestamp() * 1000) - 1
+            found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                consumer.seek(tp, found[tp].offset if found.get(tp) else ends[tp])
+            key = event_filter.stream_id.encode() if event_filter.stream_id else None
+            while True:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for records in batch.values():
+                    for record in records:
+                        if key is not None and record.key != key:
+                            continue
+                        event = decode_event(record.value)
+                        if event.timestamp >= since and event_filter.matches(event):
+                            queue.put_nowait(event)
+        finally:
+            await consumer.stop()
+
+    async def stream_version(self, stream_id: str) -> int:
+        partition = self.partition_of(stream_id)
+        if (writer := self._writers.get(partition)) is not None:
+            return writer.table.head(stream_id).version
+        last = await self.read(stream_id, direction=Direction.BACKWARD, limit=1)
+        return last[0].version if last else 0
+
+    async def close(self) -> None:
+        for writer in self._writers.values():
+            await writer.stop()
+        self._writers.clear()
+        await self._scanner.close()
+
+
+async def open_writer(settings: Settings, topic: str, partition: int,
+                      scanner: PartitionScanner) -> PartitionWriter:
+    """Take over a partition: fence the previous owner, then rebuild stream heads."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        transactional_id=transactional_id(topic, partition),
+        acks="all",
+        linger_ms=1,
+        max_batch_size=1_048_576,
+        max_request_size=max(settings.max_record_bytes * 2, 1_048_576),
+        request_timeout_ms=int(settings.request_timeout_s * 1000),
+    )
+    try:
+        await producer.start()  # init_transactions: bumps the epoch, aborts the zombie's txn
+    except KafkaError as exc:
+        await producer.stop()
+        raise translate(exc, f"taking over {topic}/{partition}") from exc
+    table = StreamTable()
+    tp = TopicPartition(topic, partition)
+    end = 0
+    async for offset, event in scanner.scan(tp):
+        table.observe(event, offset)
+        end = offset + 1
+    writer = PartitionWriter(producer, topic, partition, table, settings.max_record_bytes)
+    writer.committed_end = end
+    writer.start()
+    return writer

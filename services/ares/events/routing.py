@@ -1,0 +1,15 @@
+"""Which partition a stream lives on: murmur2 of the key, as the Java client and aiokafka do.
+
+librdkafka's default differs (consistent_random): its users must set
+``partitioner=murmur2_random`` or their commands land on the wrong owner (who forwards them).
+"""
+
+from __future__ import annotations
+
+from aiokafka.partitioner import murmur2
+
+
+def partition_for(stream_id: str, partitions: int) -> int:
+    if partitions <= 0:
+        raise ValueError("a topic has at least one partition")
+    return int(murmur2(stream_id.encode()) & 0x7FFFFFFF) % partitions

@@ -1,0 +1,164 @@
+"""What one writer knows of its streams, and the pure logic of an append.
+
+Both adapters use it: the memory store for all streams, the Kafka store per partition. It
+assigns versions and hashes, checks expected versions, and recognises re-appended event ids
+within a bounded window (like Kafka's idempotent producer, retries come soon after the
+original: a window of recent ids per writer bounds memory for fleets of long streams).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ares.errors import AresError, ConflictError
+from ares.events.chain import seal_encoded
+from ares.events.model import ANY_VERSION, Event, NewEvent, StreamHead, utc_now
+
+DEFAULT_ID_WINDOW = 200_000
+
+
+class DuplicateEventError(AresError):
+    """A batch repeats an event id, or mixes already-appended events with new ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """The sealed events of one append and the version the stream reaches with them."""
+
+    stream_id: str
+    events: tuple[Event, ...]
+    version: int
+    # The events' wire bytes, from the same Avro encode that computed their hashes.
+    encoded: tuple[bytes, ...] = ()
+
+    @property
+    def is_noop(self) -> bool:
+        """True for a retry whose events are already in the stream."""
+        return not self.events
+
+
+@dataclass(slots=True)
+class StreamState:
+    head: StreamHead
+    # Log position of the stream's first event (a Kafka offset), so reads can seek to it.
+    first_offset: int | None = None
+
+
+class StreamTable:
+    """Heads of the streams one writer owns plus a window of recently appended event ids."""
+
+    def __init__(self, id_window: int = DEFAULT_ID_WINDOW) -> None:
+        self._streams: dict[str, StreamState] = {}
+        self._recent_ids: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._id_window = id_window
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def head(self, stream_id: str) -> StreamHead:
+        state = self._streams.get(stream_id)
+        return state.head if state else StreamHead()
+
+    def state(self, stream_id: str) -> StreamState | None:
+        return self._streams.get(stream_id)
+
+    def stream_ids(self) -> list[str]:
+        return list(self._streams)
+
+    def plan(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        expected_version: int = ANY_VERSION,
+        now: datetime | None = None,
+    ) -> AppendPlan:
+        """Check and seal an append without changing the table (``apply`` does that)."""
+        if not events:
+            raise ValueError("append needs at least one event")
+        if expected_version < ANY_VERSION:
+            raise ValueError(f"expected_version must be >= -1 (got {expected_version})")
+        head = self.head(stream_id)
+        if (retry := self._retry_version(stream_id, events)) is not None:
+            return AppendPlan(stream_id, (), retry)
+        if expected_version not in (ANY_VERSION, head.version):
+            raise ConflictError(stream_id, expected_version, head.version)
+        stamp = now or utc_now()
+        sealed: list[Event] = []
+        encoded: list[bytes] = []
+        for new in events:
+            event, wire = seal_encoded(stream_id, head, new, head.version + 1,
+                                       new.timestamp or stamp)
+            head = StreamHead(event.version, event.hash)
+            sealed.append(event)
+            encoded.append(wire)
+        return AppendPlan(stream_id, tuple(sealed), head.version, tuple(encoded))
+
+    def _retry_version(self, stream_id: str, events: Sequence[NewEvent]) -> int | None:
+        ids = [e.id for e in events]
+        if len(set(ids)) != len(ids):
+            raise DuplicateEventError(f"stream {stream_id!r}: one append repeats an event id")
+        known = [self._recent_ids.get(i) for i in ids]
+        if all(k is None for k in known):
+            return None
+        if any(k is None or k[0] != stream_id for k in known):
+            raise DuplicateEventError(
+                f"stream {stream_id!r}: the append mixes events already appended (to this or "
+                "another stream) with new ones; retry the original batch unchanged"
+            )
+        return max(k[1] for k in known if k is not None)
+
+    def apply(self, plan: AppendPlan, first_offset: int | None = None) -> None:
+        if plan.is_noop:
+            return
+        last = plan.events[-1]
+        state = self._streams.get(plan.stream_id)
+        if state is None:
+            self._streams[plan.stream_id] = StreamState(StreamHead(last.version, last.hash),
+                                                        first_offset)
+        else:
+            state.head = StreamHead(last.version, last.hash)
+        for event in plan.events:
+            self._remember(event)
+
+    def observe(self, event: Event, offset: int | None = None) -> None:
+        """Take an event read back from the log (recovery), trusting the log's order."""
+        state = self._streams.get(event.stream_id)
+        if state is None:
+            self._streams[event.stream_id] = StreamState(StreamHead(event.version, event.hash),
+                                                         offset)
+        else:
+            state.head = StreamHead(event.version, event.hash)
+        self._remember(event)
+
+    def set_first_offset(self, stream_id: str, offset: int) -> None:
+        state = self._streams.get(stream_id)
+        if state is not None and state.first_offset is None:
+            state.first_offset = offset
+
+    def save(self, stream_ids: Sequence[str]) -> dict[str, StreamState | None]:
+        """What ``restore`` needs to undo appends to these streams (an aborted transaction)."""
+        saved: dict[str, StreamState | None] = {}
+        for stream_id in stream_ids:
+            state = self._streams.get(stream_id)
+            saved[stream_id] = StreamState(state.head, state.first_offset) if state else None
+        return saved
+
+    def restore(self, saved: dict[str, StreamState | None]) -> None:
+        for stream_id, state in saved.items():
+            if state is None:
+                self._streams.pop(stream_id, None)
+            else:
+                self._streams[stream_id] = state
+        # Ids of the undone events may stay in the window: a retry of them then finds them
+        # "known" — so forget every id whose recorded version is past the restored head.
+        for event_id, (stream_id, version) in list(self._recent_ids.items()):
+            if stream_id in saved and version > self.head(stream_id).version:
+                del self._recent_ids[event_id]
+
+    def _remember(self, event: Event) -> None:
+        self._recent_ids[event.id] = (event.stream_id, event.version)
+        if len(self._recent_ids) > self._id_window:
+            self._recent_ids.popitem(last=False)
