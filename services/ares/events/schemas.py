@@ -3,8 +3,9 @@
 Where the .avsc files come from (first match wins):
 
 1. ``ARES_SCHEMA_DIR`` — an operator's explicit choice (a mounted ConfigMap, a test);
-2. the repository's ``schemas/`` (``Path(__file__).parents[3] / "schemas"``) — in a
-   checkout, the files a developer edits are the ones that run, with no copy step;
+2. the repository's ``schemas/`` (``Path(__file__).parents[3] / "schemas"``, only when a
+   ``pyproject.toml`` sits next to it) — in a checkout, the files a developer edits are the
+   ones that run, with no copy step;
 3. ``ares/events/avsc/`` shipped as package data — what a non-editable install (wheel,
    container image) has. It is a plain copy of ``schemas/`` made by ``ares schemas sync``;
    a unit test fails when the copy drifts, so the copy can never silently diverge.
@@ -179,9 +180,11 @@ def schema_dir() -> Path:
         if not any(path.glob("*.avsc")):
             raise SchemaError(f"{SCHEMA_DIR_ENV}={configured}: no .avsc file in that directory")
         return path
-    for candidate in (repo_schema_dir(), package_schema_dir()):
-        if any(candidate.glob("*.avsc")):
-            return candidate
+    repo = repo_schema_dir()
+    if (repo.parent / "pyproject.toml").is_file() and any(repo.glob("*.avsc")):
+        return repo
+    if any(package_schema_dir().glob("*.avsc")):
+        return package_schema_dir()
     raise SchemaError(
         f"no .avsc files found in {repo_schema_dir()} or {package_schema_dir()}; "
         f"set {SCHEMA_DIR_ENV}"
