@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from fastavro import parse_schema
 
+from ares.cli import main
 from ares.cli.schemas import schemas
 from ares.errors import SchemaError
 from ares.events.compat import (
@@ -227,7 +229,8 @@ def test_cli_check_passes_on_the_repository() -> None:
     assert f"checked {EVENT}: v1 -> current" in result.output
 
 
-def test_cli_check_fails_with_precise_messages(tmp_path: Path) -> None:
+def narrowed_reply(tmp_path: Path) -> tuple[Path, Path]:
+    """(new, old) schema directories where Reply.stream_version went from long to int."""
     old = tmp_path / "old"
     shutil.copytree(repo_schema_dir(), old, ignore=shutil.ignore_patterns("released"))
     new = tmp_path / "new"
@@ -235,10 +238,25 @@ def test_cli_check_fails_with_precise_messages(tmp_path: Path) -> None:
     reply = json.loads((new / "ares.v1.Reply.avsc").read_text())
     next(f for f in reply["fields"] if f["name"] == "stream_version")["type"] = "int"
     (new / "ares.v1.Reply.avsc").write_text(json.dumps(reply))
+    return new, old
+
+
+def test_cli_check_fails_with_precise_messages(tmp_path: Path) -> None:
+    new, old = narrowed_reply(tmp_path)
     result = CliRunner().invoke(schemas, ["check", "--dir", str(new), "--against", str(old)])
     assert result.exit_code == 1
     assert "ares.v1.Reply" in result.output
     assert "stream_version: long cannot be read as int" in " ".join(result.output.split())
+
+
+def test_the_ares_entry_point_exits_1_on_a_problem(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    new, old = narrowed_reply(tmp_path)
+    argv = ["ares", "schemas", "check", "--dir", str(new), "--against", str(old)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 1
 
 
 def test_cli_list_shows_fingerprints() -> None:

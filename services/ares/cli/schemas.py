@@ -46,8 +46,7 @@ def list_(directory: Path | None) -> None:
 @click.option("--against", "against", type=_DIR, multiple=True,
               help="a released version to check against (repeatable) "
                    "[default: every directory under <dir>/released/]")
-@click.pass_context
-def check(ctx: click.Context, directory: Path | None, against: tuple[Path, ...]) -> None:
+def check(directory: Path | None, against: tuple[Path, ...]) -> None:
     """Prove BACKWARD compatibility with released versions; exit 1 on any problem.
 
     Two proofs per schema and release: Avro resolution rules (added fields have
@@ -69,7 +68,9 @@ def check(ctx: click.Context, directory: Path | None, against: tuple[Path, ...])
         for problem in problems:
             console.print(f"[red]incompatible[/] {problem}")
         console.print(f"[bold red]{len(problems)} problem(s)[/]")
-        ctx.exit(1)
+        # Not ctx.exit(1): run_cli runs click with standalone_mode=False, where Exit becomes
+        # a return value that run_cli drops; SystemExit reaches the process.
+        raise SystemExit(1)
     console.print(f"[green]ok[/]: {len(report.checked)} comparison(s), no problem")
 
 
