@@ -66,9 +66,9 @@ class Settings:
                     f"(got {self.kafka_bootstrap!r})"
                 )
         if not self.postgres_dsn.startswith(("postgresql://", "postgres://")):
+            # Not echoed: a malformed DSN may still hold a password.
             raise ConfigError(
-                "ARES_POSTGRES_DSN must be a postgresql:// URL "
-                f"(got {_redact_dsn(self.postgres_dsn)!r})"
+                "ARES_POSTGRES_DSN must be a URL: postgresql://user:password@host:port/db"
             )
         if not _PREFIX_RE.match(self.topic_prefix):
             raise ConfigError(
@@ -110,4 +110,5 @@ def _float_setting(env: Mapping[str, str], name: str, default: float) -> float:
 
 def _redact_dsn(dsn: str) -> str:
     """Hide the password of a DSN: secrets never appear in messages or logs."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
+    # Up to the LAST '@' of the authority: a password may itself contain '@'.
+    return re.sub(r"(://[^:/@]+:)[^/]*@", r"\1***@", dsn)

@@ -43,7 +43,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 def run_cli(group: click.Group) -> int:
     """Run the group; map ares errors to one clear message and their exit code."""
     try:
-        group.main(standalone_mode=False)
+        # Without standalone mode, click returns ctx.exit(n)'s code instead of exiting.
+        result = group.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
@@ -57,4 +58,4 @@ def run_cli(group: click.Group) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    return 0
+    return result if isinstance(result, int) else 0
