@@ -59,7 +59,19 @@ def test_bad_dsn_names_the_setting_and_hides_the_password() -> None:
         Settings.from_env({"ARES_POSTGRES_DSN": "mysql://ares:s3cret-pw@db:3306/ares"})
     message = str(caught.value)
     assert "s3cret-pw" not in message
-    assert "mysql://ares:***@db:3306/ares" in message
+    assert "postgresql://user:password@host:port/db" in message
+
+
+@pytest.mark.parametrize("dsn", ["ares:s3cret@db/ares", "host=db password=s3cret"])
+def test_a_dsn_that_is_no_url_is_never_echoed(dsn: str) -> None:
+    with pytest.raises(ConfigError, match="ARES_POSTGRES_DSN") as caught:
+        Settings.from_env({"ARES_POSTGRES_DSN": dsn})
+    assert "s3cret" not in str(caught.value)
+
+
+def test_redaction_covers_a_password_containing_at_signs() -> None:
+    settings = Settings.from_env({"ARES_POSTGRES_DSN": "postgresql://ares:p@ss@w0rd@db/ares"})
+    assert settings.redacted_postgres_dsn == "postgresql://ares:***@db/ares"
 
 
 def test_redacted_dsn_property_hides_the_password() -> None:
