@@ -7,6 +7,10 @@ from contextlib import asynccontextmanager
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord
+
+from ares.config import Settings
+from ares.topics import TopicPlan, apply_topics, delete_topics, load_topics
 
 
 @asynccontextmanager
@@ -64,5 +68,37 @@ async def drain(
             for records in batch.values():
                 values.extend(r.value for r in records)
         return values
+    finally:
+        await consumer.stop()
+
+
+@asynccontextmanager
+async def applied_topics(settings: Settings, partitions: int = 4) -> AsyncIterator[TopicPlan]:
+    """Every ares topic under ``settings``' prefix, from topics.yaml; deleted afterwards."""
+    plan = load_topics(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    await apply_topics(plan, settings)
+    try:
+        yield plan
+    finally:
+        await delete_topics(plan, settings)
+
+
+async def drain_records(bootstrap: str, topic: str, *, partitions: int = 1,
+                        isolation_level: str = "read_committed") -> list[ConsumerRecord]:
+    """Every record of ``topic`` up to the end (all partitions up to ``partitions``)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        found: list[ConsumerRecord] = []
+        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
+            batch = await consumer.getmany(*tps, timeout_ms=1000)
+            for records in batch.values():
+                found.extend(records)
+        return found
     finally:
         await consumer.stop()

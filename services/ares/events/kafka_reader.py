@@ -34,6 +34,26 @@ def new_consumer(settings: Settings, **overrides: object) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(**options)
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
+                           wait_s: float = 5.0) -> set[int]:
+    """The partitions of ``topic``, or an error that says how to create it.
+
+    A topic created a moment ago may take a few metadata refreshes to appear.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        cluster = await consumer._client.fetch_all_metadata()
+        found: set[int] | None = cluster.partitions_for_topic(topic)
+        if found or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    if not found:
+        raise UnavailableError(
+            f"topic {topic!r} does not exist: create the topics with `ares topics apply`"
+        )
+    return set(found)
+
+
 class PartitionScanner:
     """Scans ranges of partitions up to their last stable offset (LSO).
 
@@ -62,19 +82,7 @@ class PartitionScanner:
 
     async def partitions(self, topic: str) -> int:
         """Partition count of ``topic``, or an error that says how to create it."""
-        # A topic created a moment ago may take a few metadata refreshes to appear.
-        deadline = time.monotonic() + 5.0
-        while True:
-            cluster = await self._consumer._client.fetch_all_metadata()
-            found = cluster.partitions_for_topic(topic)
-            if found or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        if not found:
-            raise UnavailableError(
-                f"topic {topic!r} does not exist: create the topics with `ares topics apply`"
-            )
-        return len(found)
+        return len(await topic_partitions(self._consumer, topic))
 
     async def last_stable_offset(self, tp: TopicPartition) -> int:
         return int((await self._consumer.end_offsets([tp]))[tp])

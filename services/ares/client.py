@@ -1,0 +1,154 @@
+"""``ares.Client``: how external systems append events and send commands.
+
+External systems never write events directly: they send commands to the owner of the
+stream's partition and await its reply, correlated by command id, on one partition of
+``ares.replies`` chosen per client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Sequence
+from types import TracebackType
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ares.commands.model import Command, Reply, ReplyStatus, append_command, decode_reply
+from ares.config import Settings
+from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
+from ares.events.kafka_errors import translate
+from ares.events.kafka_reader import new_consumer, topic_partitions
+from ares.events.model import ANY_VERSION, NewEvent
+from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
+
+log = logging.getLogger(__name__)
+
+
+class CommandRejectedError(AresError):
+    """The owner refused the command (invalid input); the reply says why."""
+
+
+class Client:
+    def __init__(self, settings: Settings, plan: TopicPlan | None = None,
+                 issuer: str = "client") -> None:
+        self.settings = settings
+        self.plan = plan or load_topics(settings)
+        self.issuer = issuer
+        self._producer: AIOKafkaProducer | None = None
+        self._replies: AIOKafkaConsumer | None = None
+        self._reply_partition = 0
+        self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._listener: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Client:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        timeout = self.settings.request_timeout_s
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
+            acks="all", linger_ms=1, request_timeout_ms=int(timeout * 1000),
+            max_request_size=max(self.settings.max_record_bytes * 2, 1_048_576),
+        )
+        self._replies = new_consumer(self.settings, fetch_max_wait_ms=50)
+        try:
+            await asyncio.wait_for(self._producer.start(), timeout)
+            await asyncio.wait_for(self._replies.start(), timeout)
+            topic = self.plan.name(REPLIES)
+            partitions = await topic_partitions(self._replies, topic)
+            self._reply_partition = random.choice(sorted(partitions))
+            tp = TopicPartition(topic, self._reply_partition)
+            self._replies.assign([tp])
+            await self._replies.seek_to_end(tp)
+            await self._replies.position(tp)  # pin the position before any command is sent
+        except (KafkaError, TimeoutError) as exc:
+            await self.close()
+            raise translate(exc, "connecting to Kafka") from exc
+        except BaseException:
+            await self.close()
+            raise
+        self._listener = asyncio.create_task(self._listen(), name="client-replies")
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        for client in (self._producer, self._replies):
+            if client is not None:
+                await client.stop()
+        self._producer = self._replies = None
+
+    @property
+    def reply_partition(self) -> int:
+        """The partition of ``ares.replies`` this client reads: its commands' ``reply_to``."""
+        return self._reply_partition
+
+    def expect_reply(self, command_id: str) -> asyncio.Future[Reply]:
+        """A future resolved by the reply to ``command_id`` (for commands sent by hand)."""
+        return self._pending.setdefault(command_id,
+                                        asyncio.get_running_loop().create_future())
+
+    async def send(self, command: Command, timeout_s: float | None = None) -> Reply:
+        """Send ``command`` and wait for its owner's reply."""
+        if self._producer is None:
+            raise AresError("the client is not started (use `async with Client(...)`)")
+        timeout = timeout_s if timeout_s is not None else self.settings.request_timeout_s
+        command = Command(type=command.type, stream_id=command.stream_id,
+                          payload=command.payload, issuer=command.issuer or self.issuer,
+                          id=command.id, timestamp=command.timestamp,
+                          reply_to=str(self._reply_partition), metadata=command.metadata)
+        waiter = self.expect_reply(command.id)
+        try:
+            await self._producer.send_and_wait(self.plan.name(COMMANDS), command.encode(),
+                                               key=command.stream_id.encode())
+            return await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise UnavailableError(
+                f"no owner answered command {command.type} for stream {command.stream_id!r} "
+                f"within {timeout:g}s: is a runtime manager running? "
+                "(start one with `ares run runtime-manager`)"
+            ) from None
+        except KafkaError as exc:
+            raise translate(exc, f"sending {command.type}") from exc
+        finally:
+            self._pending.pop(command.id, None)
+
+    async def append(self, stream_id: str, events: Sequence[NewEvent],
+                     expected_version: int = ANY_VERSION, timeout_s: float | None = None) -> int:
+        """Append through the stream's owner; the new stream version."""
+        reply = await self.send(append_command(stream_id, events, expected_version,
+                                               self.issuer), timeout_s)
+        if reply.status is ReplyStatus.OK:
+            return reply.stream_version
+        if reply.status is ReplyStatus.CONFLICT:
+            raise ConflictError(stream_id, expected_version,
+                                reply.actual_version if reply.actual_version is not None
+                                else reply.stream_version)
+        raise CommandRejectedError(f"the owner of {stream_id!r} refused the append: "
+                                   f"{reply.message}")
+
+    async def _listen(self) -> None:
+        assert self._replies is not None
+        while True:
+            batch = await self._replies.getmany(timeout_ms=1000)
+            for records in batch.values():
+                for record in records:
+                    try:
+                        reply = decode_reply(record.value)
+                    except SchemaError as exc:
+                        log.warning("undecodable reply at offset %d: %s", record.offset, exc)
+                        continue
+                    waiter = self._pending.get(reply.correlation_id)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(reply)

@@ -1,0 +1,278 @@
+"""The partition owner: the write side of the event store, driven by ``ares.commands``.
+
+Owner processes share the consumer group ``<prefix>ares-runtime`` on ``ares.commands``. The
+member assigned partition p is the only writer of p's streams: it takes over p's fenced
+transactional writer, rebuilds the stream heads, and then handles p's commands in
+transactions that also carry the replies, dead letters and the consumed offsets
+(exactly-once read-process-write). Invalid input never stops it: it is dead-lettered with
+its reason and original bytes, and the owner goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+
+from ares.commands.model import Command, Reply, ReplyStatus
+from ares.config import Settings
+from ares.errors import AresError, ConflictError, FencedError, SchemaError
+from ares.events.dlq import DeadLetter
+from ares.events.kafka_errors import translate
+from ares.events.kafka_reader import PartitionScanner, new_consumer
+from ares.events.kafka_store import open_writer
+from ares.events.partition_writer import PartitionWriter, Transaction
+from ares.events.routing import partition_for
+from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
+
+log = logging.getLogger(__name__)
+FORWARDED_FROM = "ares.forwarded.from"
+
+
+class CommandHandler(Protocol):
+    """Handles the commands that are not plain appends (agent lifecycle, tasks...)."""
+
+    async def handle(self, tx: Transaction, command: Command) -> Reply: ...
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: PartitionOwner) -> None:
+        self._owner = owner
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._owner.on_revoked({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._owner.on_assigned({tp.partition for tp in assigned})
+
+
+class PartitionOwner:
+    """A member of the runtime group; owns the event-log partitions it is assigned."""
+
+    name = "runtime-manager"
+
+    def __init__(self, settings: Settings, plan: TopicPlan,
+                 handler: CommandHandler | None = None, instance_id: str | None = None,
+                 session_timeout_ms: int = 10_000) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.handler = handler
+        self.group_id = f"{settings.topic_prefix}ares-runtime"
+        self.events_topic = plan.name(EVENTS)
+        self.commands_topic = plan.name(COMMANDS)
+        self.replies_topic = plan.name(REPLIES)
+        self.dlq_topic = plan.name(DLQ)
+        self.writers: dict[int, PartitionWriter] = {}
+        self.ready = asyncio.Event()
+        self.dead_letters = 0
+        self._instance_id = instance_id
+        self._session_timeout_ms = session_timeout_ms
+        self._suspended: dict[int, PartitionWriter] = {}
+        self._lock = asyncio.Lock()  # processing and rebalancing never overlap
+        self._consumer: AIOKafkaConsumer | None = None
+        self._scanner: PartitionScanner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._scanner = await PartitionScanner.open(self.settings)
+        consumer = new_consumer(
+            self.settings, group_id=self.group_id, group_instance_id=self._instance_id,
+            partition_assignment_strategy=(StickyPartitionAssignor,),
+            session_timeout_ms=self._session_timeout_ms, heartbeat_interval_ms=1000,
+            max_poll_records=500,
+        )
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise translate(exc, "joining the runtime group") from exc
+        consumer.subscribe([self.commands_topic], listener=_Rebalance(self))
+        self._consumer = consumer
+        self._task = asyncio.create_task(self._consume(), name="owner-consume")
+
+    async def wait_stopped(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    async def stop(self) -> None:
+        """Finish the batch in flight, release every partition, leave the group."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._task is not None:
+            async with self._lock:
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()  # commits nothing (offsets go with transactions)
+        for writer in [*self.writers.values(), *self._suspended.values()]:
+            await writer.stop()
+        self.writers.clear()
+        self._suspended.clear()
+        if self._scanner is not None:
+            await self._scanner.close()
+
+    # -- rebalancing ---------------------------------------------------------------------
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        """Eager rebalance: keep the writers warm in case the partitions come back."""
+        async with self._lock:
+            self.ready.clear()
+            for partition in partitions:
+                if (writer := self.writers.pop(partition, None)) is not None:
+                    self._suspended[partition] = writer
+
+    async def on_assigned(self, partitions: set[int]) -> None:
+        async with self._lock:
+            for partition in list(self._suspended):
+                if partition not in partitions:
+                    await self._suspended.pop(partition).stop()
+            for partition in sorted(partitions):
+                warm = self._suspended.pop(partition, None)
+                if warm is not None and not warm.fenced:
+                    self.writers[partition] = warm
+                    continue
+                if warm is not None:
+                    await warm.stop()
+                assert self._scanner is not None
+                self.writers[partition] = await open_writer(
+                    self.settings, self.events_topic, partition, self._scanner)
+            log.info("owning partitions %s of %s", sorted(partitions), self.events_topic)
+            self.ready.set()
+
+    # -- the command loop ----------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=200)
+            if not batches:
+                continue
+            async with self._lock:
+                await asyncio.gather(*(self._process(tp, records)
+                                       for tp, records in batches.items()))
+
+    async def _process(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        writer = self.writers.get(tp.partition)
+        if writer is None:  # revoked since the fetch: the next owner handles these
+            return
+
+        async def work(tx: Transaction) -> None:
+            for record in records:
+                await self._handle_record(tx, tp, record)
+            await tx.commit_offsets({tp: records[-1].offset + 1}, self.group_id)
+
+        try:
+            await writer.submit(work)
+        except FencedError:
+            log.warning("fenced on %s: another owner took partition %d over", tp.topic,
+                        tp.partition)
+            self.writers.pop(tp.partition, None)
+            await writer.stop()
+        except AresError as exc:
+            # Nothing of the transaction is visible and no offset was committed: redo it.
+            log.warning("transaction on partition %d failed (%s); retrying the batch",
+                        tp.partition, exc)
+            assert self._consumer is not None
+            self._consumer.seek(tp, records[0].offset)
+            await asyncio.sleep(0.2)
+
+    async def _handle_record(self, tx: Transaction, tp: TopicPartition,
+                             record: ConsumerRecord) -> None:
+        """Never raises: whatever goes wrong with one record is dead-lettered."""
+        try:
+            await self._handle_command(tx, tp, record)
+        except SchemaError as exc:
+            await self._dead_letter(tx, tp, record, _reason(exc, "invalid_command"),
+                                    _detail(exc))
+        except Exception as exc:  # a bug must not lose the command or stop the owner
+            log.exception("command at %s/%d@%d failed", tp.topic, tp.partition, record.offset)
+            await self._dead_letter(tx, tp, record, "handler_error",
+                                    f"{type(exc).__name__}: {exc}")
+
+    async def _handle_command(self, tx: Transaction, tp: TopicPartition,
+                              record: ConsumerRecord) -> None:
+        value: bytes | None = record.value
+        if value is None:
+            await self._dead_letter(tx, tp, record, "empty", "the record has no value")
+            return
+        if len(value) > self.settings.max_record_bytes:
+            await self._dead_letter(tx, tp, record, "oversized",
+                                    f"{len(value)} bytes, over the {self.settings.max_record_bytes}"
+                                    "-byte limit (ARES_MAX_RECORD_BYTES)")
+            return
+        command = Command.decode(value)
+        if record.key != command.stream_id.encode():
+            await self._dead_letter(tx, tp, record, "key_mismatch",
+                                    f"record key {record.key!r} is not the command's stream id "
+                                    f"{command.stream_id!r}")
+            return
+        home = partition_for(command.stream_id, self.plan.partitions)
+        if home != tp.partition:
+            # A producer with another partitioner (librdkafka's default): forward, never drop.
+            await tx.send(self.commands_topic, value, key=record.key, partition=home,
+                          headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
+            return
+        reply = await self._dispatch(tx, tp, record, command)
+        if command.reply_to is not None:
+            await self._reply(tx, command, reply)
+
+    async def _dispatch(self, tx: Transaction, tp: TopicPartition, record: ConsumerRecord,
+                        command: Command) -> Reply:
+        if command.type == "events.append":
+            expected = int(command.payload["expected_version"])
+            try:
+                version = await tx.append(command.stream_id, command.events(), expected)
+            except ConflictError as exc:
+                return Reply(command.id, ReplyStatus.CONFLICT, command.stream_id,
+                             exc.actual, exc.expected, exc.actual, str(exc))
+            except (AresError, ValueError) as exc:  # invalid events: the input is kept
+                await self._dead_letter(tx, tp, record, _reason(exc, "invalid_command"),
+                                        _detail(exc))
+                return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
+                             message=str(exc))
+            return Reply(command.id, ReplyStatus.OK, command.stream_id, version)
+        if self.handler is None:
+            return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
+                         message=f"command {command.type!r} needs an agent host; this "
+                                 "runtime manager runs without one")
+        return await self.handler.handle(tx, command)
+
+    async def _reply(self, tx: Transaction, command: Command, reply: Reply) -> None:
+        try:
+            partition = int(command.reply_to or "")
+        except ValueError:
+            log.warning("command %s: reply_to %r is not a partition of %s", command.id,
+                        command.reply_to, self.replies_topic)
+            return
+        await tx.send(self.replies_topic, reply.encode(), key=command.id.encode(),
+                      partition=partition)
+
+    async def _dead_letter(self, tx: Transaction, tp: TopicPartition, record: ConsumerRecord,
+                           reason: str, detail: str) -> None:
+        self.dead_letters += 1
+        log.warning("dead letter from %s/%d@%d: %s: %s", tp.topic, tp.partition,
+                    record.offset, reason, detail)
+        letter = DeadLetter(reason, detail, tp.topic, tp.partition, record.offset,
+                            record.key, record.value)
+        await tx.send(self.dlq_topic, record.value or b"", key=record.key,
+                      headers=letter.headers())
+
+
+def _reason(exc: BaseException, default: str) -> str:
+    return str(getattr(exc, "reason", None) or default)
+
+
+def _detail(exc: BaseException) -> str:
+    return str(getattr(exc, "detail", None) or exc)

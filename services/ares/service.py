@@ -1,0 +1,67 @@
+"""One lifecycle for every long-running process: start, ready, drain, stop.
+
+Signals are handled here and nowhere else: the first SIGTERM/SIGINT asks the service to
+stop gracefully, a second one forces the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+FORCED_EXIT_CODE = 130
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self) -> None:
+        """Connect and take work; return once running (``ready`` may come later)."""
+        ...
+
+    async def wait_stopped(self) -> None:
+        """Return when the service ended on its own (a fatal error) or was stopped."""
+        ...
+
+    async def stop(self) -> None:
+        """Graceful, idempotent: finish in-flight work, release resources."""
+        ...
+
+
+async def serve(service: Service) -> int:
+    """Run ``service`` until it ends or a signal stops it; the process exit code."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            log.info("%s: %s received, stopping gracefully (again to force)", service.name,
+                     signal.Signals(signum).name)
+            stop_requested.set()
+        else:
+            log.warning("%s: second signal, forcing exit", service.name)
+            os._exit(FORCED_EXIT_CODE)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await service.start()
+        stopped = asyncio.create_task(service.wait_stopped())
+        requested = asyncio.create_task(stop_requested.wait())
+        done, _ = await asyncio.wait({stopped, requested}, return_when=asyncio.FIRST_COMPLETED)
+        requested.cancel()
+        await service.stop()
+        if stopped in done and stopped.exception() is not None:
+            raise stopped.exception()  # type: ignore[misc]
+        stopped.cancel()
+        return 0
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
