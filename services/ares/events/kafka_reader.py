@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError, UnavailableError
@@ -100,12 +101,11 @@ class PartitionScanner:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    async def scan(
+    async def scan_records(
         self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
-    ) -> AsyncIterator[tuple[int, Event]]:
-        """(offset, event) from ``start`` (default: the log start) to the LSO at call time,
-        only records with ``key`` when given. Undecodable records are counted and skipped:
-        only partition owners write here, so they mean a bug or tampering, logged loudly."""
+    ) -> AsyncIterator[ConsumerRecord]:
+        """Raw records from ``start`` (default: the log start) to the LSO at call time, only
+        those with ``key`` when given."""
         async with self._lock:
             consumer = self._consumer
             consumer.assign([tp])
@@ -119,11 +119,18 @@ class PartitionScanner:
                 for record in batch.get(tp, ()):
                     if record.offset >= end:
                         return
-                    if key is not None and record.key != key:
-                        continue
-                    try:
-                        yield record.offset, decode_event(record.value)
-                    except SchemaError as exc:
-                        self.undecodable += 1
-                        log.error("undecodable record at %s/%d offset %d: %s", tp.topic,
-                                  tp.partition, record.offset, exc)
+                    if key is None or record.key == key:
+                        yield record
+
+    async def scan(
+        self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
+    ) -> AsyncIterator[tuple[int, Event]]:
+        """(offset, event) like ``scan_records``. Undecodable records are counted and skipped:
+        only partition owners write here, so they mean a bug or tampering, logged loudly."""
+        async for record in self.scan_records(tp, start, key):
+            try:
+                yield record.offset, decode_event(record.value)
+            except SchemaError as exc:
+                self.undecodable += 1
+                log.error("undecodable record at %s/%d offset %d: %s", tp.topic,
+                          tp.partition, record.offset, exc)
