@@ -12,6 +12,8 @@ import click
 
 from ares.cli.common import AppContext, run_cli
 from ares.cli.dev import dev
+from ares.cli.events import events
+from ares.cli.events_write import append
 from ares.cli.run import run
 from ares.cli.schemas import schemas
 from ares.cli.topics import topics
@@ -48,9 +50,11 @@ def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | N
 
 
 cli.add_command(dev)
+cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
 cli.add_command(run)
+events.add_command(append)
 
 
 def main() -> None:
