@@ -48,14 +48,29 @@ class DeadLetter:
     @classmethod
     def from_record(cls, key: bytes | None, value: bytes | None,
                     headers: Sequence[tuple[str, bytes]]) -> DeadLetter:
+        """Tolerant of damaged headers: a dead letter must stay readable whatever it holds."""
         found = {name: raw.decode(errors="replace") for name, raw in headers}
         return cls(
             reason=found.get(REASON, "unknown"),
             detail=found.get(DETAIL, ""),
             source_topic=found.get(SOURCE_TOPIC, ""),
-            source_partition=int(found.get(SOURCE_PARTITION, "-1")),
-            source_offset=int(found.get(SOURCE_OFFSET, "-1")),
+            source_partition=_int_or(found.get(SOURCE_PARTITION), -1),
+            source_offset=_int_or(found.get(SOURCE_OFFSET), -1),
             key=key,
             value=value,
-            time=datetime.fromisoformat(found[TIME]) if TIME in found else None,
+            time=_time_or_none(found.get(TIME)),
         )
+
+
+def _int_or(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _time_or_none(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text is not None else None
+    except ValueError:
+        return None

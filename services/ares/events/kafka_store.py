@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import datetime
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ares.config import Settings
-from ares.errors import AresError
+from ares.errors import AresError, SchemaError
 from ares.events.codec import decode_event
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
@@ -26,6 +26,8 @@ from ares.events.partition_writer import PartitionWriter, transactional_id
 from ares.events.routing import partition_for
 from ares.events.subscription import Subscription
 from ares.events.writer import StreamTable
+
+log = logging.getLogger(__name__)
 
 
 class NotOwnerError(AresError):
@@ -108,10 +110,13 @@ class KafkaEventStore:
                 yield event
 
     def subscribe(self, event_filter: EventFilter) -> Subscription:
-        """Live events from the call on (located by time: records at or after the call)."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        since = utc_now()
-        task = asyncio.create_task(self._follow(event_filter, since, queue))
+        """Live events from the call on: located by the records' log timestamps (the
+        writer's clock, so hosts need synchronised clocks, as Kafka's time index does).
+        An undecodable record is logged and skipped; a failure of the follower itself
+        reaches the subscriber as an error instead of a silent hang."""
+        queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+        since_ms = int(utc_now().timestamp() * 1000)
+        task = asyncio.create_task(self._follow(event_filter, since_ms, queue))
 
         async def close() -> None:
             task.cancel()
@@ -120,14 +125,13 @@ class KafkaEventStore:
 
         return Subscription(queue, close)
 
-    async def _follow(self, event_filter: EventFilter, since: datetime,
-                      queue: asyncio.Queue[Event]) -> None:
+    async def _follow(self, event_filter: EventFilter, since_ms: int,
+                      queue: asyncio.Queue[Event | BaseException]) -> None:
         consumer = new_consumer(self._settings)
-        await consumer.start()
         try:
+            await consumer.start()
             tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(tps)
-            since_ms = int(since.timestamp() * 1000) - 1
             found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
             ends = await consumer.end_offsets(tps)
             for tp in tps:
@@ -137,11 +141,21 @@ class KafkaEventStore:
                 batch = await consumer.getmany(timeout_ms=1000)
                 for records in batch.values():
                     for record in records:
-                        if key is not None and record.key != key:
+                        if (key is not None and record.key != key) or record.timestamp < since_ms:
                             continue
-                        event = decode_event(record.value)
-                        if event.timestamp >= since and event_filter.matches(event):
+                        try:
+                            event = decode_event(record.value)
+                        except SchemaError as exc:
+                            log.error("subscription skips undecodable record %s/%d@%d: %s",
+                                      record.topic, record.partition, record.offset, exc)
+                            continue
+                        if event_filter.matches(event):
                             queue.put_nowait(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # delivered to the subscriber, who decides
+            queue.put_nowait(translate(exc, "following ares.events")
+                             if isinstance(exc, KafkaError) else exc)
         finally:
             await consumer.stop()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ares.events.model import Event
 
@@ -13,9 +14,10 @@ class Subscription:
     """An async iterator of events fed through a queue; ``aclose`` unregisters it."""
 
     def __init__(
-        self, queue: asyncio.Queue[Event], on_close: Callable[[], Awaitable[None] | None]
+        self, queue: asyncio.Queue[Event] | asyncio.Queue[Event | BaseException],
+        on_close: Callable[[], Awaitable[None] | None],
     ) -> None:
-        self._queue = queue
+        self._queue: asyncio.Queue[Any] = queue
         self._on_close: Callable[[], Awaitable[None] | None] | None = on_close
 
     def __aiter__(self) -> Subscription:
@@ -24,7 +26,11 @@ class Subscription:
     async def __anext__(self) -> Event:
         if self._on_close is None:
             raise StopAsyncIteration
-        return await self._queue.get()
+        item = await self._queue.get()
+        if isinstance(item, BaseException):  # the feeding side failed: say so, don't hang
+            raise item
+        event: Event = item
+        return event
 
     async def aclose(self) -> None:
         if self._on_close is not None:
