@@ -54,7 +54,8 @@ def run_cli(group: click.Group) -> int:
         err_console.print("aborted")
         return 1
     except AresError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # Plain, unwrapped text: scripts grep these messages.
+        click.echo(f"error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
