@@ -28,7 +28,7 @@ down: install  ## stop them
 	$(BIN)/ares dev down
 
 lint: install  ## ruff
-	$(BIN)/ruff check services tests bench
+	$(BIN)/ruff check services tests $(wildcard bench)
 
 typecheck: install  ## mypy --strict on the package
 	$(BIN)/mypy
