@@ -1,0 +1,430 @@
+"""An agent's runtime state, folded from its stream's events.
+
+``AgentLifecycle`` is what the host keeps per agent and what recovery rebuilds by replaying
+the stream: status, incarnation, restart history, and the task queue. ``fold`` is a pure,
+deterministic and total function of (state, event): unknown event types only advance
+``version``, malformed payload fields are ignored field by field, and nothing in it reads a
+clock. Replaying the same events therefore always yields the same state (and state hash).
+
+Two fields are *not* derived from events and never leave the process: ``stop_requested``
+and ``resurrecting``. They are the host's in-flight flags, set by the pure transitions
+``mark_stop_requested`` / ``mark_resurrecting`` *before* the host acts (see ``guard.py``
+for why the order matters); ``to_json`` leaves them out and a rebuilt state has them False.
+
+Snapshots: recovery from a snapshot replays only the events after it, so the lifecycle
+state must travel inside the snapshot (``to_json``/``from_json``) next to the agent's own
+``snapshot()``; otherwise kind, incarnation and pending tasks would be lost.
+
+Event types and payload fields read (``schemas/ares.v1.Event.avsc``):
+
+* ``agent.started``      kind, config_json, incarnation, worker
+* ``agent.stopped``      reason (not read: any stop ends the incarnation voluntarily)
+* ``agent.dead``         cause
+* ``agent.resurrecting`` attempt (the guard's count: older deaths are forgotten)
+* ``agent.resurrected``  incarnation, worker
+* ``agent.quarantined``  reason, deaths
+* ``agent.resumed``      reason (JSON payload; an operator cleared a quarantine or stop)
+* ``task.assigned``      task_id, input_json
+* ``task.completed``     task_id
+* ``task.failed``        task_id, retriable
+* ``snapshot.taken``     snapshot_version
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC
+from enum import StrEnum
+from typing import Any
+
+from ares.events.model import Event
+
+AGENT_STARTED = "agent.started"
+AGENT_STOPPED = "agent.stopped"
+AGENT_DEAD = "agent.dead"
+AGENT_RESURRECTING = "agent.resurrecting"
+AGENT_RESURRECTED = "agent.resurrected"
+AGENT_QUARANTINED = "agent.quarantined"
+# Not in EVENT_PAYLOADS: written with the JSON payload {"reason": str}.
+AGENT_RESUMED = "agent.resumed"
+TASK_ASSIGNED = "task.assigned"
+TASK_COMPLETED = "task.completed"
+TASK_FAILED = "task.failed"
+SNAPSHOT_TAKEN = "snapshot.taken"
+
+LIFECYCLE_TYPES = frozenset({AGENT_STARTED, AGENT_STOPPED, AGENT_DEAD, AGENT_RESURRECTING,
+                             AGENT_RESURRECTED, AGENT_QUARANTINED, AGENT_RESUMED})
+
+
+class Status(StrEnum):
+    STARTING = "starting"  # no incarnation runs yet (new, or resumed and not yet started)
+    RUNNING = "running"
+    STOPPED = "stopped"
+    DEAD = "dead"  # a death is recorded and no resurrection is announced yet
+    RESURRECTING = "resurrecting"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTask:
+    task_id: str
+    input_json: str = "null"
+
+    @property
+    def input(self) -> Any:
+        return json.loads(self.input_json)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLifecycle:
+    agent_id: str
+    kind: str = ""
+    config_json: str = "{}"
+    status: Status = Status.STARTING
+    incarnation: int = 0
+    worker: str | None = None
+    # Epoch seconds of the deaths that still count against the restart budget, oldest
+    # first; trimmed to the guard's count by agent.resurrecting / agent.quarantined.
+    restarts: tuple[float, ...] = ()
+    last_death_cause: str | None = None
+    quarantine_reason: str | None = None
+    started_at: float | None = None  # when the current incarnation began running
+    last_event_time: float | None = None
+    last_event_type: str | None = None
+    version: int = 0
+    snapshot_version: int = 0  # last version covered by a snapshot.taken
+    pending_tasks: tuple[PendingTask, ...] = ()
+    tasks_assigned: int = 0
+    tasks_completed: int = 0
+    tasks_failed: int = 0
+    # Ids that a new task.assigned must not reuse (completed, or failed for good). Grows
+    # with the stream's task count; see the report on bounding it with compaction.
+    finished_tasks: frozenset[str] = frozenset()
+    # -- in-process flags, not derived from events (see the module docstring) ----------
+    stop_requested: bool = False
+    resurrecting: bool = False
+
+    @property
+    def config(self) -> Any:
+        return json.loads(self.config_json)
+
+    @property
+    def current_task(self) -> PendingTask | None:
+        """The task the agent works on: tasks run one at a time in assignment order."""
+        return self.pending_tasks[0] if self.pending_tasks else None
+
+    @property
+    def is_live(self) -> bool:
+        """Whether recovery resumes it: it has events and was not stopped or quarantined."""
+        return self.version > 0 and self.status not in (Status.STOPPED, Status.QUARANTINED)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event-derived state as JSON (the in-process flags are left out)."""
+        return {
+            "agent_id": self.agent_id, "kind": self.kind, "config_json": self.config_json,
+            "status": self.status.value, "incarnation": self.incarnation,
+            "worker": self.worker, "restarts": list(self.restarts),
+            "last_death_cause": self.last_death_cause,
+            "quarantine_reason": self.quarantine_reason, "started_at": self.started_at,
+            "last_event_time": self.last_event_time, "last_event_type": self.last_event_type,
+            "version": self.version, "snapshot_version": self.snapshot_version,
+            "pending_tasks": [[t.task_id, t.input_json] for t in self.pending_tasks],
+            "tasks_assigned": self.tasks_assigned, "tasks_completed": self.tasks_completed,
+            "tasks_failed": self.tasks_failed, "finished_tasks": sorted(self.finished_tasks),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentLifecycle:
+        """Inverse of ``to_json``; ``ValueError`` on anything malformed (the caller then
+        discards the snapshot it came from and replays the stream in full)."""
+        try:
+            state = cls(
+                agent_id=_req(data, "agent_id", str), kind=_req(data, "kind", str),
+                config_json=_req(data, "config_json", str),
+                status=Status(_req(data, "status", str)),
+                incarnation=_req(data, "incarnation", int), worker=_opt(data, "worker", str),
+                restarts=tuple(float(t) for t in _req(data, "restarts", list)),
+                last_death_cause=_opt(data, "last_death_cause", str),
+                quarantine_reason=_opt(data, "quarantine_reason", str),
+                started_at=_opt_float(data, "started_at"),
+                last_event_time=_opt_float(data, "last_event_time"),
+                last_event_type=_opt(data, "last_event_type", str),
+                version=_req(data, "version", int),
+                snapshot_version=_req(data, "snapshot_version", int),
+                pending_tasks=tuple(PendingTask(str(i), str(j))
+                                    for i, j in _req(data, "pending_tasks", list)),
+                tasks_assigned=_req(data, "tasks_assigned", int),
+                tasks_completed=_req(data, "tasks_completed", int),
+                tasks_failed=_req(data, "tasks_failed", int),
+                finished_tasks=frozenset(str(t) for t in _req(data, "finished_tasks", list)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a lifecycle state: {exc}") from exc
+        return state
+
+
+# -- in-process transitions --------------------------------------------------------------
+
+
+def mark_stop_requested(state: AgentLifecycle) -> AgentLifecycle:
+    """Record a voluntary stop; the host stores this state BEFORE cancelling the task."""
+    return replace(state, stop_requested=True)
+
+
+def mark_resurrecting(state: AgentLifecycle) -> AgentLifecycle:
+    """Record that this process has a resurrection of the agent in flight."""
+    return replace(state, resurrecting=True)
+
+
+def clear_resurrecting(state: AgentLifecycle) -> AgentLifecycle:
+    """The in-flight resurrection ended (succeeded, failed or was abandoned)."""
+    return replace(state, resurrecting=False)
+
+
+# -- the fold ----------------------------------------------------------------------------
+
+
+def fold(state: AgentLifecycle, event: Event) -> AgentLifecycle:
+    """The state after ``event``. Pure and total; see the module docstring."""
+    folder = _Folder(state)
+    folder.apply(event)
+    return folder.freeze()
+
+
+def fold_all(state: AgentLifecycle, events: Iterable[Event]) -> AgentLifecycle:
+    """``fold`` over ``events``, without an intermediate state per event (replay path)."""
+    folder = _Folder(state)
+    for event in events:
+        folder.apply(event)
+    return folder.freeze()
+
+
+def from_events(events: Iterable[Event], agent_id: str | None = None) -> AgentLifecycle:
+    """The state of a stream from its first event (or of an empty ``agent_id`` stream)."""
+    folder: _Folder | None = None if agent_id is None else _Folder(AgentLifecycle(agent_id))
+    for event in events:
+        if folder is None:
+            folder = _Folder(AgentLifecycle(event.stream_id))
+        folder.apply(event)
+    if folder is None:
+        raise ValueError("from_events needs an agent_id when there are no events")
+    return folder.freeze()
+
+
+class _Folder:
+    """A mutable copy of one state; ``fold`` and ``fold_all`` share this one code path.
+
+    The task containers are copied on first write only, so a replay of n task events costs
+    O(n), not O(n^2) as rebuilding a frozenset per event would.
+    """
+
+    def __init__(self, state: AgentLifecycle) -> None:
+        self.s = state
+        self.changes: dict[str, Any] = {}
+        self._pending: list[PendingTask] | None = None
+        self._finished: set[str] | None = None
+
+    def get(self, name: str) -> Any:
+        return self.changes[name] if name in self.changes else getattr(self.s, name)
+
+    def put(self, **changes: Any) -> None:
+        self.changes.update(changes)
+
+    @property
+    def pending(self) -> list[PendingTask]:
+        if self._pending is None:
+            self._pending = list(self.s.pending_tasks)
+        return self._pending
+
+    @property
+    def finished(self) -> set[str]:
+        if self._finished is None:
+            self._finished = set(self.s.finished_tasks)
+        return self._finished
+
+    def freeze(self) -> AgentLifecycle:
+        changes = dict(self.changes)
+        if self._pending is not None:
+            changes["pending_tasks"] = tuple(self._pending)
+        if self._finished is not None:
+            changes["finished_tasks"] = frozenset(self._finished)
+        return replace(self.s, **changes) if changes else self.s
+
+    def apply(self, event: Event) -> None:
+        ts = _epoch(event)
+        handler = _HANDLERS.get(event.type)
+        if handler is not None:
+            payload = event.payload if isinstance(event.payload, Mapping) else {}
+            handler(self, payload, ts)
+        self.put(version=event.version, last_event_time=ts, last_event_type=event.type)
+
+
+def _on_started(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    previous = f.get("status")
+    fresh = f.get("version") == 0 or previous in (Status.STOPPED, Status.QUARANTINED)
+    f.put(status=Status.RUNNING, started_at=ts, stop_requested=False, resurrecting=False,
+          quarantine_reason=None)
+    if fresh:  # a first start, or a restart after a stop or quarantine: a new budget
+        f.put(restarts=())
+    if (kind := _str(p, "kind")) is not None:
+        f.put(kind=kind)
+    if (config := _str(p, "config_json")) is not None:
+        f.put(config_json=config)
+    if (incarnation := _int(p, "incarnation")) is not None:
+        f.put(incarnation=incarnation)
+    f.put(worker=_str(p, "worker"))
+
+
+def _on_stopped(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    f.put(status=Status.STOPPED, stop_requested=False, resurrecting=False)
+
+
+def _on_dead(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    f.put(status=Status.DEAD, resurrecting=False, last_death_cause=_str(p, "cause"),
+          restarts=(*f.get("restarts"), ts))
+
+
+def _on_resurrecting(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    # The dead incarnation is over and the next has not run: no start to be healthy from.
+    f.put(status=Status.RESURRECTING, started_at=None)
+    _keep_last_deaths(f, _int(p, "attempt"))
+
+
+def _on_resurrected(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    f.put(status=Status.RUNNING, started_at=ts, resurrecting=False, worker=_str(p, "worker"))
+    if (incarnation := _int(p, "incarnation")) is not None:
+        f.put(incarnation=incarnation)
+
+
+def _on_quarantined(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    f.put(status=Status.QUARANTINED, resurrecting=False,
+          quarantine_reason=_str(p, "reason") or "unspecified")
+    _keep_last_deaths(f, _int(p, "deaths"))
+
+
+def _on_resumed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    f.put(status=Status.STARTING, restarts=(), quarantine_reason=None, started_at=None,
+          stop_requested=False, resurrecting=False)
+
+
+def _keep_last_deaths(f: _Folder, count: int | None) -> None:
+    """Forget deaths the guard no longer counted (outside its window, or before a healthy
+    incarnation): the event records its count, so replay forgets exactly the same ones."""
+    if count is not None and count >= 1:
+        f.put(restarts=tuple(f.get("restarts")[-count:]))
+
+
+def _on_task_assigned(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    task_id = _str(p, "task_id")
+    if task_id is None or task_id in f.finished or any(t.task_id == task_id
+                                                        for t in f.pending):
+        return  # a duplicate assignment is ignored
+    f.pending.append(PendingTask(task_id, _str(p, "input_json") or "null"))
+    f.put(tasks_assigned=f.get("tasks_assigned") + 1)
+
+
+def _on_task_completed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    task_id = _str(p, "task_id")
+    if task_id is None or task_id in f.finished:
+        return
+    _drop_pending(f, task_id)
+    f.finished.add(task_id)
+    f.put(tasks_completed=f.get("tasks_completed") + 1)
+
+
+def _on_task_failed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    task_id = _str(p, "task_id")
+    if task_id is None or task_id in f.finished:
+        return
+    _drop_pending(f, task_id)
+    if p.get("retriable") is not True:  # a retriable failure may be assigned again
+        f.finished.add(task_id)
+    f.put(tasks_failed=f.get("tasks_failed") + 1)
+
+
+def _drop_pending(f: _Folder, task_id: str) -> None:
+    for i, task in enumerate(f.pending):
+        if task.task_id == task_id:
+            del f.pending[i]
+            return
+
+
+def _on_snapshot_taken(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+    if (version := _int(p, "snapshot_version")) is not None:
+        f.put(snapshot_version=version)
+
+
+_HANDLERS = {
+    AGENT_STARTED: _on_started,
+    AGENT_STOPPED: _on_stopped,
+    AGENT_DEAD: _on_dead,
+    AGENT_RESURRECTING: _on_resurrecting,
+    AGENT_RESURRECTED: _on_resurrected,
+    AGENT_QUARANTINED: _on_quarantined,
+    AGENT_RESUMED: _on_resumed,
+    TASK_ASSIGNED: _on_task_assigned,
+    TASK_COMPLETED: _on_task_completed,
+    TASK_FAILED: _on_task_failed,
+    SNAPSHOT_TAKEN: _on_snapshot_taken,
+}
+
+
+# -- payloads the host writes ------------------------------------------------------------
+
+
+def dead_payload(state: AgentLifecycle, cause: str, *, error_type: str | None = None,
+                 error_message: str | None = None,
+                 traceback_digest: str | None = None) -> dict[str, Any]:
+    """The ``agent.dead`` payload for the death of ``state``'s current incarnation."""
+    return {"cause": cause, "error_type": error_type, "error_message": error_message,
+            "traceback_digest": traceback_digest, "last_event_type": state.last_event_type,
+            "last_version": state.version, "incarnation": state.incarnation}
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _epoch(event: Event) -> float:
+    ts = event.timestamp
+    return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)).timestamp()
+
+
+def _str(p: Mapping[str, Any], key: str) -> str | None:
+    value = p.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(p: Mapping[str, Any], key: str) -> int | None:
+    value = p.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _req(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{key} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _opt(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
+    return None if data.get(key) is None else _req(data, key, kind)
+
+
+def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{key} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+__all__ = [
+    "AGENT_DEAD", "AGENT_QUARANTINED", "AGENT_RESUMED", "AGENT_RESURRECTED",
+    "AGENT_RESURRECTING", "AGENT_STARTED", "AGENT_STOPPED", "LIFECYCLE_TYPES",
+    "SNAPSHOT_TAKEN", "TASK_ASSIGNED", "TASK_COMPLETED", "TASK_FAILED", "AgentLifecycle",
+    "PendingTask", "Status", "clear_resurrecting", "dead_payload", "fold", "fold_all",
+    "from_events", "mark_resurrecting", "mark_stop_requested",
+]
