@@ -7,7 +7,7 @@ so `ares events dump --topic ares.dlq` (or any Kafka tool) can show and replay i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ares.events.model import utc_now
@@ -50,27 +50,36 @@ class DeadLetter:
                     headers: Sequence[tuple[str, bytes]]) -> DeadLetter:
         """Tolerant of damaged headers: a dead letter must stay readable whatever it holds."""
         found = {name: raw.decode(errors="replace") for name, raw in headers}
-        return cls(
+        malformed: list[str] = []
+        letter = cls(
             reason=found.get(REASON, "unknown"),
             detail=found.get(DETAIL, ""),
             source_topic=found.get(SOURCE_TOPIC, ""),
-            source_partition=_int_or(found.get(SOURCE_PARTITION), -1),
-            source_offset=_int_or(found.get(SOURCE_OFFSET), -1),
+            source_partition=_int_or(found, SOURCE_PARTITION, malformed),
+            source_offset=_int_or(found, SOURCE_OFFSET, malformed),
             key=key,
             value=value,
-            time=_time_or_none(found.get(TIME)),
+            time=_time_or_none(found, malformed),
         )
+        if malformed:
+            note = f"[malformed dead-letter headers: {', '.join(malformed)}]"
+            letter = replace(letter, detail=f"{letter.detail} {note}".strip())
+        return letter
 
 
-def _int_or(text: str | None, default: int) -> int:
+def _int_or(found: dict[str, str], name: str, malformed: list[str]) -> int:
+    text = found.get(name)
     try:
-        return int(text) if text is not None else default
+        return int(text) if text is not None else -1
     except ValueError:
-        return default
+        malformed.append(f"{name}={text!r}")
+        return -1
 
 
-def _time_or_none(text: str | None) -> datetime | None:
+def _time_or_none(found: dict[str, str], malformed: list[str]) -> datetime | None:
+    text = found.get(TIME)
     try:
         return datetime.fromisoformat(text) if text is not None else None
     except ValueError:
+        malformed.append(f"{TIME}={text!r}")
         return None
