@@ -1,0 +1,93 @@
+"""ares-mesh: crash-proof long-running agents on Kafka.
+
+The public surface is re-exported here lazily (``ares.Agent``, ``ares.Context``...): the
+``ares`` CLI and the services import only the submodules they need, so importing a
+submodule never pays for the whole SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ares.agents import (
+        Agent,
+        AgentConfigError,
+        AgentRegistry,
+        AgentServices,
+        Context,
+        Effect,
+        LocalRuntime,
+        NonDeterminismError,
+        Reconciled,
+        ReconcileRegistry,
+        RetryPolicy,
+        StepFailed,
+        StepResultError,
+        Task,
+        TaskFailed,
+        TokenLedger,
+        ToolCallFailed,
+        ToolSkipped,
+        UnknownAgentKindError,
+        build_registry,
+        load_registry,
+        token_ledger,
+    )
+    from ares.llm import LlmProvider, LlmResult, OfflineProvider, OpenAICompatibleProvider
+
+# public name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys((
+        "Agent", "AgentConfigError", "AgentRegistry", "AgentServices", "Context", "Effect",
+        "LocalRuntime", "NonDeterminismError", "Reconciled", "ReconcileRegistry",
+        "RetryPolicy", "StepFailed", "StepResultError", "Task", "TaskFailed", "TokenLedger",
+        "ToolCallFailed", "ToolSkipped", "UnknownAgentKindError", "build_registry",
+        "load_registry", "token_ledger"), "ares.agents"),
+    **dict.fromkeys(("LlmProvider", "LlmResult", "OfflineProvider",
+                     "OpenAICompatibleProvider"), "ares.llm"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ares' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+__all__ = [
+    "Agent",
+    "AgentConfigError",
+    "AgentRegistry",
+    "AgentServices",
+    "Context",
+    "Effect",
+    "LlmProvider",
+    "LlmResult",
+    "LocalRuntime",
+    "NonDeterminismError",
+    "OfflineProvider",
+    "OpenAICompatibleProvider",
+    "ReconcileRegistry",
+    "Reconciled",
+    "RetryPolicy",
+    "StepFailed",
+    "StepResultError",
+    "Task",
+    "TaskFailed",
+    "TokenLedger",
+    "ToolCallFailed",
+    "ToolSkipped",
+    "UnknownAgentKindError",
+    "build_registry",
+    "load_registry",
+    "token_ledger",
+]
