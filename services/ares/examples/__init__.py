@@ -1,0 +1,12 @@
+"""Example agents shipped with the package, registered as built-in kinds; used by the
+tests, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+from ares.agents.registry import AgentRegistry
+from ares.examples.chat import ChatAgent
+from ares.examples.pipeline import PipelineAgent
+
+REGISTRY = AgentRegistry([PipelineAgent, ChatAgent], source="built-in examples")
+
+__all__ = ["REGISTRY", "ChatAgent", "PipelineAgent"]
