@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -173,9 +173,19 @@ class KafkaEventStore:
         await self._scanner.close()
 
 
+EventObserver = Callable[[int, Event], None]
+
+
 async def open_writer(settings: Settings, topic: str, partition: int,
-                      scanner: PartitionScanner) -> PartitionWriter:
-    """Take over a partition: fence the previous owner, then rebuild stream heads."""
+                      scanner: PartitionScanner, *, start_offset: int | None = None,
+                      table: StreamTable | None = None,
+                      observer: EventObserver | None = None) -> PartitionWriter:
+    """Take over a partition: fence the previous owner, then rebuild stream heads.
+
+    The heads come from ``table`` (seeded from a partition checkpoint) plus a scan from
+    ``start_offset`` (default: the log start); ``observer`` sees every event of the scan
+    (recovery routes them to their agents).
+    """
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
         transactional_id=transactional_id(topic, partition),
@@ -190,12 +200,17 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     except KafkaError as exc:
         await producer.stop()
         raise translate(exc, f"taking over {topic}/{partition}") from exc
-    table = StreamTable()
+    table = table if table is not None else StreamTable()
     tp = TopicPartition(topic, partition)
-    end = 0
-    async for offset, event in scanner.scan(tp):
-        table.observe(event, offset)
-        end = offset + 1
+    try:
+        async for offset, event in scanner.scan(tp, start_offset):
+            table.observe(event, offset)
+            if observer is not None:
+                observer(offset, event)
+        end = await scanner.last_stable_offset(tp)
+    except BaseException:
+        await producer.stop()
+        raise
     writer = PartitionWriter(producer, topic, partition, table, settings.max_record_bytes)
     writer.committed_end = end
     writer.start()

@@ -107,6 +107,9 @@ class PartitionWriter:
         self.max_record_bytes = max_record_bytes
         # Offset after the last event this writer committed: reads wait for the LSO to pass it.
         self.committed_end = 0
+        # Called after each commit with every append it made visible, and their offsets:
+        # the host reacts to committed events only (an aborted append never happened).
+        self.listeners: list[Callable[[AppendPlan, list[int]], None]] = []
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._fenced: FencedError | None = None
@@ -174,6 +177,11 @@ class PartitionWriter:
         for plan, offsets in written:
             self.table.set_first_offset(plan.stream_id, offsets[0])
             self.committed_end = max(self.committed_end, offsets[-1] + 1)
+            for listener in self.listeners:
+                try:
+                    listener(plan, offsets)
+                except Exception:  # a listener's bug must not fail appends that committed
+                    log.exception("commit listener failed on stream %s", plan.stream_id)
         for pending, value, error in outcomes:
             if pending.result.done():
                 continue

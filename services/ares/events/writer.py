@@ -133,6 +133,10 @@ class StreamTable:
             state.head = StreamHead(event.version, event.hash)
         self._remember(event)
 
+    def seed(self, stream_id: str, head: StreamHead, first_offset: int | None = None) -> None:
+        """A head known from a checkpoint, for a stream the recovery scan may not meet."""
+        self._streams[stream_id] = StreamState(head, first_offset)
+
     def set_first_offset(self, stream_id: str, offset: int) -> None:
         state = self._streams.get(stream_id)
         if state is not None and state.first_offset is None:
