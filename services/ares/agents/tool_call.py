@@ -87,8 +87,13 @@ class ToolCall:
     async def _in_doubt(self, attempt: ToolAttempt, attempts: int, key: str) -> Any:
         verdict = await self._reconcile(key)
         if verdict.status is ReconcileStatus.DONE:
+            # The verdict is kept (who decided, what it said) next to the outcome it implies.
             value, text = self.ctx._json(f"reconcile of tool {self.name!r}", verdict.result)
-            await self.ctx._append([NewEvent(r.TOOL_COMPLETED, self.ctx.module, {
+            settle = r.resolution_event(attempt.call_id, "done", result=value,
+                                        note="reconcile: done", task_id=self.ctx.task_id,
+                                        tool=self.name, module=self.ctx.module,
+                                        by="reconcile")
+            await self.ctx._append([settle, NewEvent(r.TOOL_COMPLETED, self.ctx.module, {
                 "call_id": attempt.call_id, "result_json": text, "tool": self.name})])
             self.ctx.stats.reused_tool_calls += 1
             return value

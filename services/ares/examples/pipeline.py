@@ -25,7 +25,7 @@ from typing import Any
 
 from ares.agents.agent import Agent, Task
 from ares.agents.context import Context
-from ares.agents.errors import TaskFailed
+from ares.agents.errors import AgentConfigError, TaskFailed
 from ares.agents.tools import Effect, Reconciled
 from ares.examples import evidence
 from ares.llm.base import LlmResult
@@ -76,7 +76,20 @@ def _spec(value: Any) -> tuple[int, int, bool, int | None, str]:
 
 
 class PipelineAgent(Agent):
+    """Config: ``{"reconcile": true}`` (default). With ``false``, ``send_email`` has no
+    reconcile hook, so an interrupted e-mail is always reported in doubt (for tests of the
+    operator path)."""
+
     kind = "example.pipeline"
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        unknown = set(config) - {"reconcile"}
+        if unknown:
+            raise AgentConfigError(f"unknown setting(s) {sorted(unknown)} (known: reconcile)")
+        self.use_reconcile = config.get("reconcile", True)
+        if not isinstance(self.use_reconcile, bool):
+            raise AgentConfigError(f"'reconcile' must be true or false, got "
+                                   f"{self.use_reconcile!r}")
 
     async def handle(self, task: Task, ctx: Context) -> Any:
         steps, step_ms, email, fail_at, to = _spec(task.input)
@@ -96,7 +109,8 @@ class PipelineAgent(Agent):
             subject = f"pipeline {task.task_id} done"
             sent = await ctx.tool("send_email", self.send_email, to, subject, digest.hexdigest(),
                                   task.task_id, ctx.incarnation, effect=Effect.AT_MOST_ONCE,
-                                  reconcile=self.reconcile_email)
+                                  reconcile=self.reconcile_email if self.use_reconcile else None,
+                                  pass_key=True)
         return {"steps": steps, "digest": digest.hexdigest(), "email": sent}
 
     async def send_email(self, to: str, subject: str, body: str, task_id: str,

@@ -81,6 +81,29 @@ async def test_an_email_sent_just_before_a_kill_is_reconciled_not_resent(
     assert [c["step"] for c in _lines(ledger, evidence.LLM_CALLS)] == [0, 1]
 
 
+async def test_without_reconcile_an_interrupted_email_is_in_doubt_despite_evidence(
+        ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = PipelineAgent.send_email
+
+    async def send_then_die(self: PipelineAgent, *args: Any, **kwargs: Any) -> Any:
+        await original(self, *args, **kwargs)
+        raise Killed
+
+    monkeypatch.setattr(PipelineAgent, "send_email", send_then_die)
+    rt = LocalRuntime(PipelineAgent, "p1", {"reconcile": False})
+    with pytest.raises(Killed):
+        await rt.submit({"steps": 1, "email": True}, "t1")
+    monkeypatch.setattr(PipelineAgent, "send_email", original)
+    await rt.resurrect()
+    [outcome] = await rt.run_open_tasks()
+    assert outcome.status is OutcomeStatus.PAUSED_IN_DOUBT
+    assert "no reconcile hook" in outcome.in_doubt[0].reason
+    await rt.resolve(outcome.in_doubt[0].call_id, "skip")
+    [skipped] = await rt.run_open_tasks()
+    assert skipped.error_type == "ares.agents.errors.ToolSkipped"
+    assert len(_lines(ledger, evidence.SIDE_EFFECTS)) == 1
+
+
 async def test_without_evidence_an_interrupted_email_is_in_doubt(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(evidence.LEDGER_DIR_ENV, raising=False)

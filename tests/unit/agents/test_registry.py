@@ -110,6 +110,8 @@ def test_invalid_configs_name_the_agent_and_kind() -> None:
         registry.create("example.chat", "c1", {"colour": "blue"})
     with pytest.raises(AgentConfigError, match="'max_turns' must be an integer >= 1"):
         registry.create("example.chat", "c1", {"max_turns": 0})
+    with pytest.raises(AgentConfigError, match="'reconcile' must be true or false"):
+        AgentRegistry([PipelineAgent]).create("example.pipeline", "p1", {"reconcile": "no"})
     with pytest.raises(AgentConfigError, match="the config must be a JSON object"):
         registry.create("test.echo", "e1", ["not", "a", "mapping"])  # type: ignore[arg-type]
 

@@ -130,6 +130,10 @@ async def test_reconcile_done_records_the_result_without_executing() -> None:
     assert keys == [mailer.sent[0][1]]  # the key the call carried is the key reconcile gets
     completed = await h.sink.of_type("tool.call.completed")
     assert completed[0].payload["call_id"] == "t1:send_email:0:0"
+    [resolved] = await h.sink.of_type("tool.call.resolved")  # the verdict stays visible
+    assert resolved.payload["by"] == "reconcile"
+    assert resolved.payload["as"] == "done"
+    assert resolved.payload["result"] == outcome.output["email"]
 
 
 async def test_reconcile_not_done_executes_under_a_new_durable_intent() -> None:
