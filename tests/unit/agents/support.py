@@ -44,11 +44,13 @@ class MemorySink:
         self.kill_at = kill_at
         self.appends = 0
         self.batches: list[list[str]] = []
+        self.killed: list[Sequence[NewEvent]] = []  # the batches a kill kept from the log
         self.heartbeats: list[str | None] = []
 
     async def append(self, events: Sequence[NewEvent]) -> int:
         self.appends += 1
         if self.kill_at is not None and self.appends >= self.kill_at:
+            self.killed.append(events)
             raise Killed(f"killed before append #{self.appends}")
         self.batches.append([e.type for e in events])
         return await self.store.append(self.stream_id, events)
