@@ -20,7 +20,10 @@ The runtime
     paused task again without a resolution is harmless: reconcile hooks are asked again, and
     no second ``tool.in_doubt`` is appended;
   * treats any exception out of ``run_task`` as the agent's death (crash), appends
-    ``agent.dead`` and resurrects it; the re-run resumes from the journal.
+    ``agent.dead`` and resurrects it; the re-run resumes from the journal;
+  * runs one task at a time per agent, in assignment order (agent state folded by
+    ``apply`` assumes it), passing the incarnation it recorded in ``agent.started`` /
+    ``agent.resurrected`` (0 for the first start) and ``module=f"agent.{kind}"``.
 
 ``run_task``
   * builds the ``Context``, runs ``agent.handle(task, ctx)``, and appends the task's outcome
