@@ -60,7 +60,7 @@ class LocalRuntime:
         self.config = dict(config or {})
         self.store: EventStore = store if store is not None else MemoryEventStore()
         self.services = services or AgentServices()
-        self.incarnation = 0
+        self.incarnation = 1  # as in the runtime: agent.started carries incarnation 1
         self.agent = factory(agent_id, self.config)
         self.kind = self.agent.kind or type(self.agent).__name__
         self.module = module or f"agent.{self.kind}"

@@ -97,7 +97,7 @@ class PipelineAgent(Agent):
         digest = hashlib.sha256()
         text = f"task {task.task_id}"
         for i in range(steps):
-            if fail_at == i and ctx.incarnation == 0:
+            if fail_at == i and ctx.incarnation == 1:  # the first incarnation
                 raise InjectedCrash(f"injected crash before step {i} (fail_at={fail_at})")
             line = {"agent_id": self.agent_id, "task_id": task.task_id, "step": i,
                     "incarnation": ctx.incarnation}

@@ -37,7 +37,7 @@ async def test_pipeline_crash_at_step_k_resumes_without_paying_twice(ledger: Pat
     assert outcome.output["email"]["sent"] is True
     calls = _lines(ledger, evidence.LLM_CALLS)
     assert [(c["step"], c["incarnation"]) for c in calls] == [
-        (0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
+        (0, 1), (1, 1), (2, 1), (3, 2), (4, 2)]
     assert {c["agent_id"] for c in calls} == {"p1"}
     assert {c["task_id"] for c in calls} == {"t1"}
     [mail] = _lines(ledger, evidence.SIDE_EFFECTS)
