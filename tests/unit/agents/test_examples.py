@@ -42,7 +42,7 @@ async def test_pipeline_crash_at_step_k_resumes_without_paying_twice(ledger: Pat
     assert {c["task_id"] for c in calls} == {"t1"}
     [mail] = _lines(ledger, evidence.SIDE_EFFECTS)
     assert mail["task_id"] == "t1"
-    assert mail["incarnation"] == 1
+    assert mail["incarnation"] == 2
 
     book = token_ledger(await rt.events())
     assert (book.calls, book.reused_calls, book.spent_twice, book.resumes) == (5, 3, 0, 1)
