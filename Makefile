@@ -47,3 +47,7 @@ bench: up  ## every benchmark, one JSON report
 
 clean:  ## remove the virtualenv and caches (not the dev environment's data)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+.PHONY: deploy-check
+deploy-check: install  ## the deployment checks: hadolint, Compose schema, helm lint/template + kubernetes-validate (builds helm once)
+	$(BIN)/pytest -ra tests/deploy
