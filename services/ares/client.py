@@ -23,6 +23,7 @@ from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.model import ANY_VERSION, NewEvent
+from ares.events.schemas import canonical_json
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,26 @@ class Client:
                                 else reply.stream_version)
         raise CommandRejectedError(f"the owner of {stream_id!r} refused the append: "
                                    f"{reply.message}")
+
+    async def command(self, command_type: str, stream_id: str,
+                      timeout_s: float | None = None, **payload: object) -> Reply:
+        """Send one command (``agent.start``, ``task.assign``...) and return the owner's
+        reply; ``CommandRejectedError`` when it refuses."""
+        reply = await self.send(Command(type=command_type, stream_id=stream_id,
+                                        payload=payload, issuer=self.issuer), timeout_s)
+        if reply.status is not ReplyStatus.OK:
+            raise CommandRejectedError(f"{command_type} for {stream_id!r} refused: "
+                                       f"{reply.message}")
+        return reply
+
+    async def start_agent(self, agent_id: str, kind: str,
+                          config: dict[str, object] | None = None) -> Reply:
+        return await self.command("agent.start", agent_id, kind=kind,
+                                  config_json=canonical_json(config or {}))
+
+    async def assign_task(self, agent_id: str, task_id: str, task_input: object) -> Reply:
+        return await self.command("task.assign", agent_id, task_id=task_id,
+                                  input_json=canonical_json(task_input))
 
     async def _listen(self) -> None:
         assert self._replies is not None

@@ -6,7 +6,8 @@ import click
 
 from ares import logs
 from ares.cli.common import run_async, settings_of
-from ares.runtime_manager import PartitionOwner
+from ares.runtime_manager.host import HostConfig
+from ares.runtime_manager.service import RuntimeManager
 from ares.service import serve
 from ares.topics import load_topics
 
@@ -24,18 +25,33 @@ def run() -> None:
 @click.option("--session-timeout-ms", envvar="ARES_SESSION_TIMEOUT_MS", show_envvar=True,
               type=click.IntRange(1000, 300_000), default=10_000, show_default=True,
               help="How long a silent worker keeps its partitions before they move.")
+@click.option("--agents", "agent_specs", multiple=True, envvar="ARES_AGENTS",
+              show_envvar=True,
+              help="Agent kinds to host, as package.module:REGISTRY (repeatable; the built-in "
+                   "example.* kinds and the `ares.agents` entry points are always there).")
+@click.option("--heartbeat-interval", type=click.FloatRange(0.1, 60), default=1.0,
+              envvar="ARES_HEARTBEAT_INTERVAL_S", show_envvar=True, show_default=True,
+              help="Seconds between the batched heartbeats of this worker's agents.")
+@click.option("--snapshot-every", type=click.IntRange(1), default=200, show_default=True,
+              envvar="ARES_SNAPSHOT_EVERY", show_envvar=True,
+              help="Events of an agent between automatic snapshots.")
 @click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.pass_context
 def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout_ms: int,
-                    log_level: str) -> None:
-    """The partition owner: validates commands from ares.commands and appends events.
+                    agent_specs: tuple[str, ...], heartbeat_interval: float,
+                    snapshot_every: int, log_level: str) -> None:
+    """Owns partitions of the event log and hosts their agents.
 
     Every instance joins the consumer group <prefix>ares-runtime; the owner of partition p
-    is the only, fenced, writer of the streams on p.
+    is the only, fenced, writer of the streams on p: it validates commands from
+    ares.commands, runs the agents whose ids hash to p, resurrects them when they die and,
+    when a worker dies, takes over its partitions and resumes its agents.
     """
     logs.configure(log_level)
     settings = settings_of(ctx)
-    owner = PartitionOwner(settings, load_topics(settings), instance_id=instance_id,
-                           session_timeout_ms=session_timeout_ms)
-    ctx.exit(run_async(serve(owner)))
+    manager = RuntimeManager(settings, load_topics(settings), agents=agent_specs,
+                             instance_id=instance_id, session_timeout_ms=session_timeout_ms,
+                             heartbeat_interval_s=heartbeat_interval,
+                             host_config=HostConfig(snapshot_every=snapshot_every))
+    ctx.exit(run_async(serve(manager)))

@@ -1,5 +1,19 @@
 """Commands in, replies out: how external systems ask an owner to act on a stream."""
 
-from ares.commands.model import Command, Reply, ReplyStatus, append_command, decode_reply
+from ares.commands.model import (
+    Command,
+    InvalidCommandError,
+    Reply,
+    ReplyStatus,
+    append_command,
+    decode_reply,
+)
 
-__all__ = ["Command", "Reply", "ReplyStatus", "append_command", "decode_reply"]
+__all__ = [
+    "Command",
+    "InvalidCommandError",
+    "Reply",
+    "ReplyStatus",
+    "append_command",
+    "decode_reply",
+]

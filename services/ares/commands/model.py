@@ -15,6 +15,11 @@ from ares.events.model import NewEvent, new_event_id, utc_now
 from ares.events.schemas import COMMAND, COMMAND_PAYLOADS, REPLY, CodecError
 
 
+class InvalidCommandError(CodecError):
+    """A well-formed command the owner cannot accept (unknown kind, bad config or input):
+    rejected with its reason, and the original record dead-lettered."""
+
+
 class ReplyStatus(StrEnum):
     OK = "ok"
     CONFLICT = "conflict"

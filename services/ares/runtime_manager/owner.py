@@ -21,7 +21,7 @@ from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitio
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from ares.commands.model import Command, Reply, ReplyStatus
+from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
 from ares.events.dlq import DeadLetter
@@ -36,10 +36,46 @@ log = logging.getLogger(__name__)
 FORWARDED_FROM = "ares.forwarded.from"
 
 
-class CommandHandler(Protocol):
-    """Handles the commands that are not plain appends (agent lifecycle, tasks...)."""
+class PartitionHost(Protocol):
+    """What the owner delegates: recovering partitions and the commands that are not plain
+    appends (agent lifecycle, tasks...). ``StreamsOnly`` hosts no agents."""
+
+    async def open_partition(self, partition: int,
+                             scanner: PartitionScanner) -> PartitionWriter: ...
+
+    async def release_partition(self, partition: int) -> None: ...
 
     async def handle(self, tx: Transaction, command: Command) -> Reply: ...
+
+    async def drain(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class StreamsOnly:
+    """A runtime manager without agents: the event store's write side alone."""
+
+    def __init__(self, settings: Settings, plan: TopicPlan) -> None:
+        self._settings = settings
+        self._topic = plan.name(EVENTS)
+
+    async def open_partition(self, partition: int,
+                             scanner: PartitionScanner) -> PartitionWriter:
+        return await open_writer(self._settings, self._topic, partition, scanner)
+
+    async def release_partition(self, partition: int) -> None:
+        return None
+
+    async def handle(self, tx: Transaction, command: Command) -> Reply:
+        return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
+                     message=f"command {command.type!r} needs an agent host; this runtime "
+                             "manager runs without one (--agents)")
+
+    async def drain(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -59,11 +95,11 @@ class PartitionOwner:
     name = "runtime-manager"
 
     def __init__(self, settings: Settings, plan: TopicPlan,
-                 handler: CommandHandler | None = None, instance_id: str | None = None,
+                 host: PartitionHost | None = None, instance_id: str | None = None,
                  session_timeout_ms: int = 10_000) -> None:
         self.settings = settings
         self.plan = plan
-        self.handler = handler
+        self.host: PartitionHost = host or StreamsOnly(settings, plan)
         self.group_id = f"{settings.topic_prefix}ares-runtime"
         self.events_topic = plan.name(EVENTS)
         self.commands_topic = plan.name(COMMANDS)
@@ -105,7 +141,9 @@ class PartitionOwner:
             await self._task
 
     async def stop(self) -> None:
-        """Finish the batch in flight, release every partition, leave the group."""
+        """Graceful, in phases: stop taking commands (the batch in flight finishes), stop
+        the agents and record their hand-off with final snapshots, leave the group (so
+        partitions move at once), release the writers."""
         if self._stopping:
             return
         self._stopping = True
@@ -114,8 +152,10 @@ class PartitionOwner:
                 self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.host.drain()
         if self._consumer is not None:
             await self._consumer.stop()  # commits nothing (offsets go with transactions)
+        await self.host.close()
         for writer in [*self.writers.values(), *self._suspended.values()]:
             await writer.stop()
         self.writers.clear()
@@ -137,17 +177,19 @@ class PartitionOwner:
         async with self._lock:
             for partition in list(self._suspended):
                 if partition not in partitions:
+                    await self.host.release_partition(partition)
                     await self._suspended.pop(partition).stop()
             for partition in sorted(partitions):
                 warm = self._suspended.pop(partition, None)
                 if warm is not None and not warm.fenced:
-                    self.writers[partition] = warm
+                    self.writers[partition] = warm  # came back: no rescan, agents kept
                     continue
                 if warm is not None:
+                    await self.host.release_partition(partition)
                     await warm.stop()
                 assert self._scanner is not None
-                self.writers[partition] = await open_writer(
-                    self.settings, self.events_topic, partition, self._scanner)
+                self.writers[partition] = await self.host.open_partition(partition,
+                                                                         self._scanner)
             log.info("owning partitions %s of %s", sorted(partitions), self.events_topic)
             self.ready.set()
 
@@ -179,6 +221,7 @@ class PartitionOwner:
             log.warning("fenced on %s: another owner took partition %d over", tp.topic,
                         tp.partition)
             self.writers.pop(tp.partition, None)
+            await self.host.release_partition(tp.partition)
             await writer.stop()
         except AresError as exc:
             # Nothing of the transaction is visible and no offset was committed: redo it.
@@ -243,11 +286,12 @@ class PartitionOwner:
                 return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
                              message=str(exc))
             return Reply(command.id, ReplyStatus.OK, command.stream_id, version)
-        if self.handler is None:
+        try:
+            return await self.host.handle(tx, command)
+        except InvalidCommandError as exc:
+            await self._dead_letter(tx, tp, record, exc.reason, exc.detail)
             return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                         message=f"command {command.type!r} needs an agent host; this "
-                                 "runtime manager runs without one")
-        return await self.handler.handle(tx, command)
+                         message=str(exc))
 
     async def _reply(self, tx: Transaction, command: Command, reply: Reply) -> None:
         try:

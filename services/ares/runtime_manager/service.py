@@ -1,0 +1,60 @@
+"""``ares run runtime-manager``: the partition owner, the agent host and their heartbeats."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+
+from ares.agents.host_api import AgentServices
+from ares.agents.registry import build_registry
+from ares.config import Settings
+from ares.runtime_manager.heartbeats import HeartbeatEmitter
+from ares.runtime_manager.host import AgentHost, HostConfig
+from ares.runtime_manager.owner import PartitionOwner
+from ares.topics import HEARTBEATS, TopicPlan
+
+
+def default_worker_id(instance_id: str | None) -> str:
+    return instance_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class RuntimeManager:
+    """One worker: owns partitions, hosts their agents, says it is alive."""
+
+    name = "runtime-manager"
+
+    def __init__(self, settings: Settings, plan: TopicPlan, *, agents: Sequence[str] = (),
+                 instance_id: str | None = None, session_timeout_ms: int = 10_000,
+                 heartbeat_interval_s: float = 1.0, host_config: HostConfig | None = None,
+                 services: AgentServices | None = None) -> None:
+        self.settings = settings
+        self.worker_id = default_worker_id(instance_id)
+        self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
+                              services=services, config=host_config)
+        self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
+                                    session_timeout_ms=session_timeout_ms)
+        self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
+                                          linger_ms=5, acks=1)
+        self.heartbeats = HeartbeatEmitter(
+            self._producer, plan.name(HEARTBEATS), self.worker_id, heartbeat_interval_s,
+            partitions=lambda: list(self.owner.writers), beats=self.host.beats)
+
+    @property
+    def ready(self) -> bool:
+        return self.owner.ready.is_set()
+
+    async def start(self) -> None:
+        await self._producer.start()
+        await self.owner.start()
+        self.heartbeats.start()
+
+    async def wait_stopped(self) -> None:
+        await self.owner.wait_stopped()
+
+    async def stop(self) -> None:
+        await self.heartbeats.stop()
+        await self.owner.stop()
+        await self._producer.stop()
