@@ -4,6 +4,11 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Helm is built from source with Go (tests/deploy): the official Go install location.
+GO_BIN := $(wildcard /usr/local/go/bin)
+ifneq ($(GO_BIN),)
+export PATH := $(PATH):$(GO_BIN)
+endif
 
 .PHONY: help install prereqs up down test lint typecheck unit integration demo bench clean
 

@@ -31,6 +31,8 @@ class Settings:
     # Largest record the services accept (and the topics allow); larger input is dead-lettered.
     max_record_bytes: int = 1_048_576
     request_timeout_s: float = 10.0
+    # /healthz /readyz /metrics of `ares run <service>`; 0 turns them off.
+    http_port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -43,6 +45,7 @@ class Settings:
             "topic_prefix": env.get("ARES_TOPIC_PREFIX", ""),
             "max_record_bytes": _int_setting(env, "ARES_MAX_RECORD_BYTES", 1_048_576),
             "request_timeout_s": _float_setting(env, "ARES_REQUEST_TIMEOUT_S", 10.0),
+            "http_port": _int_setting(env, "ARES_HTTP_PORT", 8080),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -78,6 +81,9 @@ class Settings:
             raise ConfigError("ARES_MAX_RECORD_BYTES must be at least 1024")
         if self.request_timeout_s <= 0:
             raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
+        if not 0 <= self.http_port <= 65535:
+            raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
+                              f"(got {self.http_port})")
 
     def topic(self, name: str) -> str:
         """The environment's name of a logical topic (``ares.events`` → ``<prefix>ares.events``)."""

@@ -12,12 +12,20 @@ import os
 import signal
 from typing import Protocol
 
+from ares.probes import ProbeServer
+
 log = logging.getLogger(__name__)
 FORCED_EXIT_CODE = 130
 
 
 class Service(Protocol):
     name: str
+
+    @property
+    def ready(self) -> bool:
+        """True while the service does its work (the runtime manager: every assigned
+        partition recovered); /readyz answers 200 only then."""
+        ...
 
     async def start(self) -> None:
         """Connect and take work; return once running (``ready`` may come later)."""
@@ -32,8 +40,12 @@ class Service(Protocol):
         ...
 
 
-async def serve(service: Service) -> int:
-    """Run ``service`` until it ends or a signal stops it; the process exit code."""
+async def serve(service: Service, http_port: int | None = None) -> int:
+    """Run ``service`` until it ends or a signal stops it; the process exit code.
+
+    With ``http_port``, /healthz /readyz /metrics are served from before the start (liveness
+    answers during a long recovery) until after the stop.
+    """
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals_seen = 0
@@ -51,17 +63,24 @@ async def serve(service: Service) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    probes = None if http_port is None else ProbeServer(http_port, ready=lambda: service.ready)
     try:
+        if probes is not None:
+            await probes.start()
         await service.start()
         stopped = asyncio.create_task(service.wait_stopped())
         requested = asyncio.create_task(stop_requested.wait())
         done, _ = await asyncio.wait({stopped, requested}, return_when=asyncio.FIRST_COMPLETED)
         requested.cancel()
+        if probes is not None:
+            probes.set_draining()  # out of rotation before the stop begins
         await service.stop()
         if stopped in done and stopped.exception() is not None:
             raise stopped.exception()  # type: ignore[misc]
         stopped.cancel()
         return 0
     finally:
+        if probes is not None:
+            await probes.stop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

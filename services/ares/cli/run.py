@@ -54,4 +54,4 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
                              host_config=HostConfig(snapshot_every=snapshot_every))
-    ctx.exit(run_async(serve(manager)))
+    ctx.exit(run_async(serve(manager, http_port=settings.http_port or None)))
