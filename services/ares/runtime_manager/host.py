@@ -304,8 +304,10 @@ class AgentHost:
                 hosted = state.agents[plan.stream_id] = HostedAgent(
                     plan.stream_id, partition, lc.AgentLifecycle(plan.stream_id))
             hosted.on_event(event, offset)
+            if hosted.buffer is not None:
+                hosted.buffer.append((event, offset))
             if event.type == lc.AGENT_STARTED and not self.stopping:
-                self._spawn(state, hosted, fresh=True)
+                self._spawn(state, hosted)
             elif event.type in (lc.AGENT_STOPPED, lc.AGENT_QUARANTINED) and hosted.running:
                 self._detach(self._stop_agents([hosted]))
         if (hosted is not None and hosted.lifecycle.is_live
@@ -313,10 +315,10 @@ class AgentHost:
             hosted.events_since_snapshot = 0
             self._detach(self._snapshot_later(state, hosted))
 
-    def _spawn(self, state: _Partition, hosted: HostedAgent, fresh: bool = False) -> None:
+    def _spawn(self, state: _Partition, hosted: HostedAgent) -> None:
         if hosted.running:
             return
-        if fresh or hosted.agent is None:
+        if hosted.agent is None:
             hosted.agent = self.registry.create(hosted.lifecycle.kind, hosted.agent_id,
                                                 hosted.lifecycle.config)
         hosted.supervisor = asyncio.create_task(self._supervise(state, hosted),
@@ -366,11 +368,10 @@ class AgentHost:
             traceback_digest=None if error is None else _traceback_digest(error)))
         if isinstance(decision, Quarantine):
             await self._append(state, hosted, [dead, NewEvent(
-                lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))])
-            await self._alert(state, hosted.agent_id, "agent_quarantined",
-                              f"restart budget exhausted after {decision.deaths_in_window} "
-                              f"deaths (last: {cause})", severity="critical",
-                              details={"cause": cause, "error": repr(error)[:500]})
+                lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))], alert=(
+                "agent_quarantined", f"restart budget exhausted after "
+                f"{decision.deaths_in_window} deaths (last: {cause})", "critical",
+                {"cause": cause, "error": repr(error)[:500]}))
             return None
         if isinstance(decision, Skip):
             await self._append(state, hosted, [dead])
@@ -391,10 +392,19 @@ class AgentHost:
         if self.guard.recheck(hosted.lifecycle, self.stopping) is not None:
             hosted.lifecycle = lc.clear_resurrecting(hosted.lifecycle)
             return None
-        replay = await self._replay_agent(state, hosted)
+        hosted.buffer = []
+        try:
+            replay = await self._replay_agent(state, hosted)
+        finally:
+            buffered, hosted.buffer = hosted.buffer, None
         record = replay.record(time.monotonic(), 0.0, verified=True)
         fresh = replay.hosted
+        for event, offset in buffered or ():  # committed while the replay ran
+            if event.version > fresh.lifecycle.version:
+                fresh.on_event(event, offset)
         self._install(state, hosted, fresh)
+        if self.guard.recheck(fresh.lifecycle, self.stopping) is not None:
+            return None  # stopped while it was being rebuilt
         resumed_at = time.monotonic()
         await self._append(state, fresh, [NewEvent(
             lc.AGENT_RESURRECTED, MODULE,
@@ -434,7 +444,10 @@ class AgentHost:
         return replay
 
     def _install(self, state: _Partition, old: HostedAgent, fresh: HostedAgent) -> None:
-        """The rebuilt agent takes the old one's place (same supervisor task)."""
+        """The rebuilt agent takes the old one's place (same supervisor task, same flags)."""
+        if old.lifecycle.stop_requested:
+            fresh.lifecycle = lc.mark_stop_requested(fresh.lifecycle)
+        fresh.lifecycle = lc.mark_resurrecting(fresh.lifecycle)
         fresh.supervisor = old.supervisor
         state.agents[old.agent_id] = fresh
         old.supervisor = None
@@ -527,15 +540,26 @@ class AgentHost:
         if hosted.lifecycle.status is lc.Status.QUARANTINED:
             return
         await self._append(state, hosted, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
-            "reason": f"integrity:{kind}", "deaths": 0})])
-        await self._alert(state, hosted.agent_id, "integrity_failure", message,
-                          severity="critical", details={"kind": kind, "version": version})
+            "reason": f"integrity:{kind}", "deaths": 0})], alert=(
+            "integrity_failure", message, "critical", {"kind": kind, "version": version}))
 
     # -- helpers -------------------------------------------------------------------------
 
     async def _append(self, state: _Partition, hosted: HostedAgent,
-                      events: Sequence[NewEvent]) -> int:
-        return await state.writer.append(hosted.agent_id, events, ANY_VERSION)
+                      events: Sequence[NewEvent], alert: _Alert | None = None) -> int:
+        """Append to the agent's stream; an ``alert`` goes out in the same transaction."""
+        if alert is None:
+            return await state.writer.append(hosted.agent_id, events, ANY_VERSION)
+        kind, message, severity, details = alert
+        record = alert_record(kind, hosted.agent_id, message, severity=severity,
+                              details=details)
+
+        async def work(tx: Transaction) -> int:
+            version = await tx.append(hosted.agent_id, events, ANY_VERSION)
+            await tx.send(self.plan.name(ALERTS), record, key=hosted.agent_id.encode())
+            return version
+
+        return int(await state.writer.submit(work))
 
     async def _alert(self, state: _Partition, stream_id: str, kind: str, message: str,
                      severity: str = "warning", details: dict[str, object] | None = None) -> None:
@@ -619,6 +643,10 @@ class AgentHost:
         from ares.events.routing import partition_for
 
         return partition_for(stream_id, self.plan.partitions)
+
+
+# (kind, message, severity, details) of an alert that goes with an append.
+_Alert = tuple[str, str, str, dict[str, object]]
 
 
 class _IntegrityFailure(AresError):

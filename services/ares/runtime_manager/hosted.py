@@ -59,6 +59,9 @@ class HostedAgent:
     supervisor: asyncio.Task[None] | None = None
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     beat: AgentBeat | None = None
+    # While a resurrection rebuilds the agent from the log, the events committed meanwhile
+    # are kept here too, so the rebuilt agent misses none of them.
+    buffer: list[tuple[Event, int | None]] | None = None
 
     def __post_init__(self) -> None:
         if self.beat is None:

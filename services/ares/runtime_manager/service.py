@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaProducer
 from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
 from ares.config import Settings
+from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
 from ares.runtime_manager.owner import PartitionOwner
@@ -29,11 +30,12 @@ class RuntimeManager:
     def __init__(self, settings: Settings, plan: TopicPlan, *, agents: Sequence[str] = (),
                  instance_id: str | None = None, session_timeout_ms: int = 10_000,
                  heartbeat_interval_s: float = 1.0, host_config: HostConfig | None = None,
-                 services: AgentServices | None = None) -> None:
+                 services: AgentServices | None = None,
+                 guard: ResurrectionGuard | None = None) -> None:
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
         self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
-                              services=services, config=host_config)
+                              services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
                                     session_timeout_ms=session_timeout_ms)
         self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,

@@ -3,6 +3,8 @@ resurrection with state, voluntary stop, quarantine after the restart budget."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator
 
@@ -11,11 +13,15 @@ import pytest
 from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
-from ares.runtime_manager.guard import ResurrectionGuard
+from ares.events.codec import decode
+from ares.runtime_manager.backoff import BackoffPolicy
+from ares.runtime_manager.guard import RestartPolicy, ResurrectionGuard
 from ares.runtime_manager.service import RuntimeManager
-from ares.topics import TopicPlan
-from tests.support.kafka import applied_topics
+from ares.topics import ALERTS, TopicPlan
+from tests.support.kafka import applied_topics, drain_records
 from tests.support.runtime import types_of, wait_for_events
+
+TEST_AGENTS = "tests.support.agents:REGISTRY"
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +36,17 @@ async def plan(rt_settings: Settings) -> AsyncIterator[TopicPlan]:
         yield plan
 
 
+# A small budget with short, seeded backoff: the sequence of delays is read from events.
+POLICY = RestartPolicy(max_restarts=3, period_s=600, healthy_after_s=600,
+                       backoff=BackoffPolicy(initial_s=0.05, multiplier=2.0, max_s=0.4))
+
+
 @pytest.fixture(scope="module")
 async def manager(rt_settings: Settings, plan: TopicPlan) -> AsyncIterator[RuntimeManager]:
     manager = RuntimeManager(rt_settings, plan, session_timeout_ms=6000,
-                             services=AgentServices())
+                             services=AgentServices(), agents=[TEST_AGENTS],
+                             guard=ResurrectionGuard(default=POLICY,
+                                                     rand=random.Random(7).random))
     await manager.start()
     yield manager
     await manager.stop()
@@ -88,3 +101,71 @@ async def test_a_stopped_agent_is_never_resurrected(client: Client, rt_settings:
                                    lambda es: "agent.stopped" in types_of(es))
     assert "agent.dead" not in types_of(events)
     assert "agent.resurrected" not in types_of(events)
+
+
+async def test_a_death_loop_ends_in_quarantine_after_the_budget(
+    client: Client, rt_settings: Settings, plan: TopicPlan
+) -> None:
+    agent = f"loop-{uuid.uuid4().hex[:6]}"
+    await client.start_agent(agent, "test.crasher")
+    await client.assign_task(agent, "t1", None)
+    events = await wait_for_events(rt_settings, plan, agent,
+                                   lambda es: "agent.quarantined" in types_of(es))
+    kinds = types_of(events)
+    assert kinds.count("agent.dead") == POLICY.max_restarts + 1
+    resurrecting = [e for e in events if e.type == "agent.resurrecting"]
+    assert [e.payload["attempt"] for e in resurrecting] == [1, 2, 3]
+    nominal = [int(e.metadata["ares.backoff.nominal_ms"]) for e in resurrecting]
+    assert nominal == [0, 50, 100]  # first retry immediate, then doubling
+    assert all(0 <= e.payload["backoff_ms"] <= cap
+               for e, cap in zip(resurrecting, nominal, strict=True))  # full jitter
+    # The step before the crash was recorded once and replayed by every re-run.
+    assert kinds.count("step.completed") == 1
+    quarantined = next(e for e in events if e.type == "agent.quarantined")
+    assert quarantined.payload["reason"] == "budget_exhausted"
+
+    alerts = [decode(r.value)[1] for r in await drain_records(
+        rt_settings.kafka_bootstrap, plan.name(ALERTS),
+        partitions=plan.topic(ALERTS).partitions)]
+    assert any(a["stream_id"] == agent and a["kind"] == "agent_quarantined" for a in alerts)
+
+    await client.command("agent.resume", agent, reason="fixed")
+    events = await wait_for_events(rt_settings, plan, agent,
+                                   lambda es: "agent.resumed" in types_of(es))
+    assert types_of(events)[-2:] == ["agent.resumed", "agent.started"] or \
+        "agent.started" in types_of(events)[types_of(events).index("agent.resumed"):]
+
+
+async def test_stop_racing_a_crash_never_resurrects(client: Client, rt_settings: Settings,
+                                                   plan: TopicPlan) -> None:
+    """20 agents that crash at once, each stopped while its death is being handled."""
+    agents = [f"race-{uuid.uuid4().hex[:6]}" for _ in range(20)]
+    for agent in agents:
+        await client.start_agent(agent, "test.crasher")
+    await asyncio.gather(*(client.assign_task(agent, "t1", None) for agent in agents))
+    await asyncio.gather(*(client.command("agent.stop", agent, reason="race")
+                           for agent in agents))
+    for agent in agents:
+        events = await wait_for_events(rt_settings, plan, agent,
+                                       lambda es: "agent.stopped" in types_of(es))
+        await asyncio.sleep(0)  # let any straggling resurrection show itself
+        events = await wait_for_events(rt_settings, plan, agent, lambda es: True)
+        after_stop = types_of(events)[types_of(events).index("agent.stopped") + 1:]
+        assert "agent.resurrected" not in after_stop, (agent, types_of(events))
+        assert "agent.started" not in after_stop, (agent, types_of(events))
+
+
+async def test_kill_and_stop_at_once_on_a_working_agent(client: Client,
+                                                       rt_settings: Settings,
+                                                       plan: TopicPlan) -> None:
+    agents = [f"ks-{uuid.uuid4().hex[:6]}" for _ in range(10)]
+    for agent in agents:
+        await client.start_agent(agent, "test.sleeper")
+        await client.assign_task(agent, "t1", {"seconds": 30})
+    await asyncio.gather(*(x for agent in agents for x in (
+        client.command("agent.kill", agent), client.command("agent.stop", agent))))
+    for agent in agents:
+        events = await wait_for_events(rt_settings, plan, agent,
+                                       lambda es: "agent.stopped" in types_of(es))
+        after_stop = types_of(events)[types_of(events).index("agent.stopped") + 1:]
+        assert "agent.resurrected" not in after_stop, (agent, types_of(events))
