@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,16 +40,17 @@ def env(cli_settings: Settings, plan: TopicPlan) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def owner(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with service("runtime-manager", env, tmp_path_factory.mktemp("logs")) as proc:
-        _wait_until_serving(env)
+        _wait_until_serving(env, proc)
         yield
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, "graceful stop must exit 0"
 
 
-def _wait_until_serving(env: dict[str, str]) -> None:
+def _wait_until_serving(env: dict[str, str], proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     probe = f"probe-{uuid.uuid4().hex[:6]}"
     while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the runtime manager exited with {proc.returncode}"
         done = ares("events", "append", probe, "--type", "probe.sent", "--timeout", "3",
                     env=env)
         if done.returncode == 0:

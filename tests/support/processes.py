@@ -23,6 +23,8 @@ def ares_env(settings: Settings, partitions: int, **extra: str) -> dict[str, str
         "ARES_TOPIC_PARTITIONS": str(partitions),
         "ARES_MAX_RECORD_BYTES": str(settings.max_record_bytes),
         "PYTHONUNBUFFERED": "1",
+        # Several services run side by side in tests: no fixed probe port (0 = off).
+        "ARES_HTTP_PORT": "0",
     })
     env.update(extra)
     return env

@@ -38,18 +38,23 @@ class RuntimeManager:
                               services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
                                     session_timeout_ms=session_timeout_ms)
-        self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
-                                          linger_ms=5, acks=1)
-        self.heartbeats = HeartbeatEmitter(
-            self._producer, plan.name(HEARTBEATS), self.worker_id, heartbeat_interval_s,
-            partitions=lambda: list(self.owner.writers), beats=self.host.beats)
+        self._heartbeat_topic = plan.name(HEARTBEATS)
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._producer: AIOKafkaProducer | None = None
+        self.heartbeats: HeartbeatEmitter | None = None
 
     @property
     def ready(self) -> bool:
         return self.owner.ready.is_set()
 
     async def start(self) -> None:
+        # aiokafka clients bind to the running loop: created here, not in __init__.
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
+                                          linger_ms=5, acks=1)
         await self._producer.start()
+        self.heartbeats = HeartbeatEmitter(
+            self._producer, self._heartbeat_topic, self.worker_id, self._heartbeat_interval_s,
+            partitions=lambda: list(self.owner.writers), beats=self.host.beats)
         await self.owner.start()
         self.heartbeats.start()
 
@@ -57,6 +62,8 @@ class RuntimeManager:
         await self.owner.wait_stopped()
 
     async def stop(self) -> None:
-        await self.heartbeats.stop()
+        if self.heartbeats is not None:
+            await self.heartbeats.stop()
         await self.owner.stop()
-        await self._producer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
