@@ -44,7 +44,7 @@ test: up lint typecheck  ## THE test command: infrastructure, ruff, mypy, the wh
 unit: install  ## only the tests that need no infrastructure
 	$(BIN)/pytest -ra tests/unit
 
-demo: up  ## THE main job: the end-to-end demo
+demo: up  ## THE main job: a fleet of agents, a worker SIGKILLed mid-task, the fleet resurrected
 	$(BIN)/ares demo
 
 bench: up  ## every benchmark, one JSON report

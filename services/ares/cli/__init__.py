@@ -11,6 +11,7 @@ import sys
 import click
 
 from ares.cli.common import AppContext, run_cli
+from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
 from ares.cli.events_write import append
@@ -54,6 +55,7 @@ cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
 cli.add_command(run)
+cli.add_command(demo)
 events.add_command(append)
 
 

@@ -92,6 +92,8 @@ class AgentHost:
         self.recoveries: list[RecoveryRecord] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._scanner: PartitionScanner | None = None
+        self._live_workers: frozenset[str] = frozenset()
+        self._hosted_here: set[str] = set()  # agents this process has run
 
     # -- what the owner asks of the host -------------------------------------------------
 
@@ -101,10 +103,15 @@ class AgentHost:
     def beats(self) -> list[AgentBeat]:
         return [a.beat for a in self.agents() if a.beat is not None and a.running]
 
-    async def open_partition(self, partition: int,
-                             scanner: PartitionScanner) -> PartitionWriter:
-        """Recover partition ``partition``: snapshots, one scan, verify, resume agents."""
+    async def open_partition(self, partition: int, scanner: PartitionScanner,
+                             live_workers: frozenset[str] = frozenset()) -> PartitionWriter:
+        """Recover partition ``partition``: snapshots, one scan, verify, resume agents.
+
+        ``live_workers``: the group's members now. An agent whose last worker is among them
+        was handed over by a rebalance (no death); one whose worker is gone died with it.
+        """
         self._scanner = scanner
+        self._live_workers = live_workers
         started = time.monotonic()
         snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition)
         checkpoint = snapshots.pop(CHECKPOINT_KEY, None)
@@ -139,6 +146,22 @@ class AgentHost:
         resumes = [self._adopt(state, replay, table, replay_done) for replay in replays.values()]
         await asyncio.gather(*resumes)
         return writer
+
+    async def suspend_partition(self, partition: int) -> None:
+        """A rebalance started: pause the partition's agents, keep their state."""
+        state = self.partitions.get(partition)
+        if state is not None:
+            await self._stop_agents(state.agents.values())
+
+    async def resume_partition(self, partition: int) -> None:
+        """The partition came back after a rebalance: run its live agents again."""
+        state = self.partitions.get(partition)
+        if state is None or self.stopping:
+            return
+        for hosted in state.agents.values():
+            life = hosted.lifecycle
+            if life.is_live and life.status is lc.Status.RUNNING and hosted.agent is not None:
+                self._spawn(state, hosted)
 
     async def release_partition(self, partition: int) -> None:
         """Ownership moved away: stop the partition's agents without writing anything (the
@@ -318,6 +341,7 @@ class AgentHost:
     def _spawn(self, state: _Partition, hosted: HostedAgent) -> None:
         if hosted.running:
             return
+        self._hosted_here.add(hosted.agent_id)
         if hosted.agent is None:
             hosted.agent = self.registry.create(hosted.lifecycle.kind, hosted.agent_id,
                                                 hosted.lifecycle.config)
@@ -500,15 +524,18 @@ class AgentHost:
                 "kind": life.kind, "config_json": life.config_json,
                 "incarnation": life.incarnation + 1, "worker": self.worker_id})])
             return
-        if life.last_event_type == HANDED_OFF:
-            before: list[NewEvent] = []
-            cause = "handoff"
+        moved = life.worker is not None and (
+            life.worker in self._live_workers and not (
+                life.worker == self.worker_id and hosted.agent_id not in self._hosted_here))
+        if life.last_event_type == HANDED_OFF or (life.status is lc.Status.RUNNING and moved):
+            before: list[NewEvent] = []  # its worker is alive: handed over, not dead
+            cause = "handoff" if life.last_event_type == HANDED_OFF else "rebalance"
         elif life.status is lc.Status.RUNNING:
             before = [NewEvent(lc.AGENT_DEAD, MODULE, lc.dead_payload(life, "worker_lost"))]
             cause = "worker_lost"
         else:  # dead or resurrecting when its worker went away
             before, cause = [], life.last_death_cause or "worker_lost"
-        if cause != "handoff":
+        if cause not in ("handoff", "rebalance"):
             decision = self.guard.decide(life, False, time.time())
             if isinstance(decision, Quarantine):
                 await self._append(state, hosted, [*before, NewEvent(

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
@@ -40,8 +41,12 @@ class PartitionHost(Protocol):
     """What the owner delegates: recovering partitions and the commands that are not plain
     appends (agent lifecycle, tasks...). ``StreamsOnly`` hosts no agents."""
 
-    async def open_partition(self, partition: int,
-                             scanner: PartitionScanner) -> PartitionWriter: ...
+    async def open_partition(self, partition: int, scanner: PartitionScanner,
+                             live_workers: frozenset[str]) -> PartitionWriter: ...
+
+    async def suspend_partition(self, partition: int) -> None: ...
+
+    async def resume_partition(self, partition: int) -> None: ...
 
     async def release_partition(self, partition: int) -> None: ...
 
@@ -59,9 +64,15 @@ class StreamsOnly:
         self._settings = settings
         self._topic = plan.name(EVENTS)
 
-    async def open_partition(self, partition: int,
-                             scanner: PartitionScanner) -> PartitionWriter:
+    async def open_partition(self, partition: int, scanner: PartitionScanner,
+                             live_workers: frozenset[str]) -> PartitionWriter:
         return await open_writer(self._settings, self._topic, partition, scanner)
+
+    async def suspend_partition(self, partition: int) -> None:
+        return None
+
+    async def resume_partition(self, partition: int) -> None:
+        return None
 
     async def release_partition(self, partition: int) -> None:
         return None
@@ -96,7 +107,7 @@ class PartitionOwner:
 
     def __init__(self, settings: Settings, plan: TopicPlan,
                  host: PartitionHost | None = None, instance_id: str | None = None,
-                 session_timeout_ms: int = 10_000) -> None:
+                 session_timeout_ms: int = 10_000, client_id: str | None = None) -> None:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
@@ -109,6 +120,9 @@ class PartitionOwner:
         self.ready = asyncio.Event()
         self.dead_letters = 0
         self._instance_id = instance_id
+        # Our member's client id in the group: the worker id other members see.
+        self.client_id = client_id or instance_id or "ares-runtime"
+        self._admin: AIOKafkaAdminClient | None = None
         self._session_timeout_ms = session_timeout_ms
         self._suspended: dict[int, PartitionWriter] = {}
         self._lock = asyncio.Lock()  # processing and rebalancing never overlap
@@ -121,8 +135,11 @@ class PartitionOwner:
 
     async def start(self) -> None:
         self._scanner = await PartitionScanner.open(self.settings)
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+        await self._admin.start()
         consumer = new_consumer(
             self.settings, group_id=self.group_id, group_instance_id=self._instance_id,
+            client_id=self.client_id,
             partition_assignment_strategy=(StickyPartitionAssignor,),
             session_timeout_ms=self._session_timeout_ms, heartbeat_interval_ms=1000,
             max_poll_records=500,
@@ -162,16 +179,20 @@ class PartitionOwner:
         self._suspended.clear()
         if self._scanner is not None:
             await self._scanner.close()
+        if self._admin is not None:
+            await self._admin.close()
 
     # -- rebalancing ---------------------------------------------------------------------
 
     async def on_revoked(self, partitions: set[int]) -> None:
-        """Eager rebalance: keep the writers warm in case the partitions come back."""
+        """Eager rebalance: pause the agents (nothing runs on a partition we may lose) but
+        keep the writers and the agents' state warm in case the partitions come back."""
         async with self._lock:
             self.ready.clear()
             for partition in partitions:
                 if (writer := self.writers.pop(partition, None)) is not None:
                     self._suspended[partition] = writer
+                    await self.host.suspend_partition(partition)
 
     async def on_assigned(self, partitions: set[int]) -> None:
         async with self._lock:
@@ -183,15 +204,30 @@ class PartitionOwner:
                 warm = self._suspended.pop(partition, None)
                 if warm is not None and not warm.fenced:
                     self.writers[partition] = warm  # came back: no rescan, agents kept
+                    await self.host.resume_partition(partition)
                     continue
                 if warm is not None:
                     await self.host.release_partition(partition)
                     await warm.stop()
                 assert self._scanner is not None
-                self.writers[partition] = await self.host.open_partition(partition,
-                                                                         self._scanner)
+                self.writers[partition] = await self.host.open_partition(
+                    partition, self._scanner, await self.live_workers())
             log.info("owning partitions %s of %s", sorted(partitions), self.events_topic)
             self.ready.set()
+
+    async def live_workers(self) -> frozenset[str]:
+        """Client ids of the group's members now: a previous owner among them handed its
+        partitions over in a rebalance; one that is missing died."""
+        if self._admin is None:
+            return frozenset()
+        try:
+            [response] = await self._admin.describe_consumer_groups([self.group_id])
+            groups = response.to_object()["groups"]
+        except (KafkaError, ValueError, KeyError) as exc:
+            log.warning("could not list the group's members (%s): previous owners count as "
+                        "lost", exc)
+            return frozenset()
+        return frozenset(m["client_id"] for g in groups for m in g["members"])
 
     # -- the command loop ----------------------------------------------------------------
 

@@ -37,7 +37,8 @@ class RuntimeManager:
         self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
                               services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
-                                    session_timeout_ms=session_timeout_ms)
+                                    session_timeout_ms=session_timeout_ms,
+                                    client_id=self.worker_id)
         self._heartbeat_topic = plan.name(HEARTBEATS)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._producer: AIOKafkaProducer | None = None

@@ -1,0 +1,80 @@
+"""What the demo watches: every agent's status, incarnation, steps and tokens, live."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ares.events.model import Event
+
+
+@dataclass(slots=True)
+class AgentProgress:
+    agent_id: str
+    kind: str = ""
+    status: str = "starting"
+    incarnation: int = 0
+    worker: str = ""
+    steps: int = 0
+    tokens: int = 0
+    tasks_done: int = 0
+
+
+@dataclass(slots=True)
+class FleetState:
+    agents: dict[str, AgentProgress] = field(default_factory=dict)
+    total_steps: int = 0
+    total_tasks: int = 0
+    faults: list[str] = field(default_factory=list)
+
+    def observe(self, event: Event) -> None:
+        agent = self.agents.get(event.stream_id)
+        if agent is None:
+            return
+        p = event.payload
+        if event.type == "agent.started":
+            agent.kind = str(p.get("kind", agent.kind))
+            agent.incarnation = int(p.get("incarnation") or 1)
+            agent.worker = str(p.get("worker") or "")
+            agent.status = "running"
+        elif event.type == "agent.resurrected":
+            agent.incarnation = int(p.get("incarnation") or agent.incarnation)
+            agent.worker = str(p.get("worker") or agent.worker)
+            agent.status = "running"
+        elif event.type in ("agent.dead", "agent.resurrecting", "agent.quarantined",
+                            "agent.stopped"):
+            agent.status = event.type.split(".", 1)[1]
+        elif event.type == "llm.call":
+            agent.steps += 1
+            agent.tokens += int(p.get("prompt_tokens") or 0) + int(
+                p.get("completion_tokens") or 0)
+        elif event.type == "task.completed":
+            agent.tasks_done += 1
+            if agent.tasks_done >= self.tasks_of(agent):
+                agent.status = "done"
+
+    def tasks_of(self, agent: AgentProgress) -> int:
+        return 3 if agent.kind == "example.chat" else 1
+
+    @property
+    def steps_done(self) -> int:
+        return sum(a.steps for a in self.agents.values())
+
+    @property
+    def tasks_done(self) -> int:
+        return sum(a.tasks_done for a in self.agents.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(a.tokens for a in self.agents.values())
+
+    def by_status(self) -> Counter[str]:
+        return Counter(a.status for a in self.agents.values())
+
+    def workers(self) -> Counter[str]:
+        return Counter(a.worker for a in self.agents.values()
+                       if a.worker and a.kind == "example.pipeline" and a.status != "done")
+
+    @property
+    def resurrected(self) -> int:
+        return sum(1 for a in self.agents.values() if a.incarnation > 1)

@@ -1,0 +1,268 @@
+"""The demo scenario: real services as processes, a fleet, faults, and the report.
+
+1. topics under a fresh prefix (``demo-<time>.``), so every run starts clean;
+2. two runtime managers (and the health checker, compactor and replay reader when this
+   installation has them) as real ``ares run`` processes;
+3. a fleet of ``example.pipeline`` agents (multi-step tasks ending in one e-mail each) and
+   ``example.chat`` agents (a three-turn conversation);
+4. mid-task, SIGKILL of the runtime manager that hosts the most busy agents; later one
+   agent killed with ``agent.kill``;
+5. wait for every task, then check every promise from outside: the log (chains, outcomes,
+   tokens) and the ledgers the example agents wrote of what really ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from ares.client import Client, CommandRejectedError
+from ares.config import Settings
+from ares.demo.fleet import AgentProgress, FleetState
+from ares.demo.processes import ServiceProcess
+from ares.demo.report import DemoReport, build_report
+from ares.errors import UnavailableError
+from ares.events.kafka_store import KafkaEventStore
+from ares.events.model import Event, EventFilter, utc_now
+from ares.events.subscription import Subscription
+from ares.examples import evidence
+from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
+
+OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
+CHAT_MESSAGES = ("Hello! Who are you?", "What did I just ask you?",
+                 "Summarise our conversation.")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    agents: int = 20
+    chats: int = 2
+    steps: int = 8
+    step_ms: int = 250
+    kill_at: float = 0.35  # fraction of all steps done when the worker is SIGKILLed
+    partitions: int = 6
+    session_timeout_ms: int = 6000
+    timeout_s: float = 300.0
+    keep_running: bool = False
+    workdir: Path = field(default_factory=lambda: Path.cwd() / ".ares" / "demo")
+
+
+@dataclass(slots=True)
+class DemoRun:
+    settings: Settings
+    plan: TopicPlan
+    state: FleetState
+    report: DemoReport | None = None
+    phase: str = "starting"
+    services: list[ServiceProcess] = field(default_factory=list)
+    fault_times: dict[str, datetime] = field(default_factory=dict)  # agent -> its fault
+
+
+Progress = Callable[[DemoRun], None]
+
+
+async def run_demo(base: Settings, options: DemoOptions, progress: Progress) -> DemoRun:
+    prefix = f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}."
+    settings = base.with_overrides(topic_prefix=prefix, request_timeout_s=30.0)
+    plan = load_topics(settings, env={**os.environ,
+                                      "ARES_TOPIC_PARTITIONS": str(options.partitions)})
+    run = DemoRun(settings, plan, FleetState())
+    workdir = options.workdir / prefix.rstrip(".")
+    ledger = workdir / "ledger"
+    ledger.mkdir(parents=True, exist_ok=True)
+
+    def phase(text: str) -> None:
+        run.phase = text
+        progress(run)
+
+    phase(f"creating topics {prefix}*")
+    await apply_topics(plan, settings)
+    env = _service_env(settings, options, ledger)
+    for index in (1, 2):
+        run.services.append(ServiceProcess(
+            f"runtime-manager-{index}",
+            ["runtime-manager", "--instance-id", f"worker-{index}",
+             "--session-timeout-ms", str(options.session_timeout_ms)],
+            env, workdir / "logs" / f"runtime-manager-{index}.log"))
+    run.services += [ServiceProcess(name, [name], env, workdir / "logs" / f"{name}.log")
+                     for name in _available(OPTIONAL_SERVICES)]
+    phase(f"starting {len(run.services)} services")
+    for service in run.services:
+        service.start()
+    try:
+        await _drive(run, options, phase, progress)
+        phase("checking every promise")
+        run.report = await _report(run, options, ledger)
+        phase("done")
+    finally:
+        if not options.keep_running:
+            for service in run.services:
+                service.stop()
+    return run
+
+
+async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None],
+                 progress: Progress) -> None:
+    settings, plan, state = run.settings, run.plan, run.state
+    pipelines = [f"pipeline-{i:02d}" for i in range(1, options.agents + 1)]
+    chats = [f"chat-{i}" for i in range(1, options.chats + 1)]
+    for agent_id in pipelines + chats:
+        state.agents[agent_id] = AgentProgress(agent_id)
+    state.total_steps = options.agents * options.steps + options.chats * len(CHAT_MESSAGES)
+    state.total_tasks = options.agents + options.chats * len(CHAT_MESSAGES)
+    store = await KafkaEventStore.open(settings, owned=[], topic=plan.name(EVENTS))
+    subscription = store.subscribe(EventFilter())
+    watcher = asyncio.create_task(_watch(subscription, state, lambda: progress(run)))
+    try:
+        async with Client(settings, plan, issuer="ares-demo") as client:
+            phase("waiting for the runtime managers")
+            await _until_members(settings, 2)
+            await _until_served(client)
+            phase(f"starting {len(pipelines)} pipeline and {len(chats)} chat agents")
+            await asyncio.gather(*(client.start_agent(a, "example.pipeline") for a in pipelines),
+                                 *(client.start_agent(a, "example.chat") for a in chats))
+            task = {"steps": options.steps, "step_ms": options.step_ms, "email": True}
+            await asyncio.gather(*(client.assign_task(a, "analysis-1", task) for a in pipelines))
+            for n, message in enumerate(CHAT_MESSAGES, start=1):
+                await asyncio.gather(*(client.assign_task(a, f"turn-{n}", {"message": message})
+                                       for a in chats))
+            phase("fleet at work")
+            await _until(lambda: state.steps_done >= options.kill_at * state.total_steps,
+                         options.timeout_s)
+            _kill_busiest_worker(run)
+            phase("worker killed: waiting for the fleet to be resurrected")
+            await _until(lambda: state.steps_done >= 0.7 * state.total_steps
+                         or state.tasks_done >= state.total_tasks - 1, options.timeout_s)
+            victim = _busy_agent(state)
+            if victim is not None:
+                state.faults.append(f"agent {victim} killed (ares agents kill) "
+                                    f"at {_clock()}")
+                run.fault_times[victim] = utc_now()
+                with contextlib.suppress(Exception):  # it may just have finished
+                    await client.command("agent.kill", victim)
+            phase("waiting for every task")
+            await _until(lambda: state.tasks_done >= state.total_tasks, options.timeout_s)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await subscription.aclose()
+        await store.close()
+
+
+def _kill_busiest_worker(run: DemoRun) -> None:
+    state = run.state
+    workers = state.workers()
+    target = workers.most_common(1)[0][0] if workers else "worker-1"
+    service = next((s for s in run.services if s.args[2:3] == [target]), run.services[0])
+    now = utc_now()
+    for agent in state.agents.values():
+        if agent.worker == target:
+            run.fault_times[agent.agent_id] = now
+    service.kill()
+    hosted = sum(1 for a in state.agents.values() if a.worker == target)
+    state.faults.append(f"SIGKILL {service.name} ({target}, hosting {hosted} agents) at "
+                        f"{_clock()}, {state.steps_done}/{state.total_steps} steps done")
+
+
+def _busy_agent(state: FleetState) -> str | None:
+    busy = [a for a in state.agents.values()
+            if a.kind == "example.pipeline" and a.status == "running" and a.tasks_done == 0]
+    return busy[0].agent_id if busy else None
+
+
+async def _watch(subscription: Subscription, state: FleetState,
+                 changed: Callable[[], None]) -> None:
+    async for event in subscription:
+        state.observe(event)
+        changed()
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the demo did not get there within {timeout_s:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+async def _until_members(settings: Settings, count: int, timeout_s: float = 120) -> None:
+    """Both runtime managers in the group and the group stable: agents start on the
+    partitions they will keep (no rebalance moves them mid-demo)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            [response] = await admin.describe_consumer_groups(
+                [f"{settings.topic_prefix}ares-runtime"])
+            groups = response.to_object()["groups"]
+            if groups and groups[0]["state"] == "Stable" and len(groups[0]["members"]) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {count} runtime managers did not join within "
+                                   f"{timeout_s:.0f}s (see their logs)")
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+async def _until_served(client: Client) -> None:
+    """The first command an owner answers (even with a refusal): the runtime is up."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            await client.command("snapshot.request", "demo-ping", timeout_s=3)
+            return
+        except CommandRejectedError:
+            return  # "no agent demo-ping": an owner answered
+        except UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.5)
+
+
+async def _report(run: DemoRun, options: DemoOptions, ledger: Path) -> DemoReport:
+    store = await KafkaEventStore.open(run.settings, owned=[], topic=run.plan.name(EVENTS))
+    try:
+        streams: dict[str, list[Event]] = {a: [] for a in run.state.agents}
+        async for event in store.read_all():
+            if event.stream_id in streams:
+                streams[event.stream_id].append(event)
+    finally:
+        await store.close()
+    return build_report(
+        streams, list(evidence.read_lines(ledger / evidence.LLM_CALLS)),
+        list(evidence.read_lines(ledger / evidence.SIDE_EFFECTS)),
+        emails_expected=options.agents, fault_times=run.fault_times,
+        faults=run.state.faults)
+
+
+def _service_env(settings: Settings, options: DemoOptions, ledger: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "ARES_TOPIC_PREFIX": settings.topic_prefix,
+        "ARES_TOPIC_PARTITIONS": str(options.partitions),
+        evidence.LEDGER_DIR_ENV: str(ledger),
+        "ARES_HTTP_PORT": "0",
+        "ARES_LOG_LEVEL": "info",
+    })
+    return env
+
+
+def _available(names: tuple[str, ...]) -> list[str]:
+    from ares.cli.run import run
+
+    return [name for name in names if name in run.commands]
+
+
+def _clock() -> str:
+    return datetime.now().strftime("%H:%M:%S")
