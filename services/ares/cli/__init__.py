@@ -6,11 +6,14 @@ Exit codes (a contract): 0 ok, 1 error, 2 usage or configuration, 3 version conf
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 import click
 
 from ares.cli.common import AppContext, run_cli
+from ares.cli.compaction import compaction
 from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
@@ -55,9 +58,14 @@ cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
 cli.add_command(run)
+cli.add_command(compaction)
 cli.add_command(demo)
 events.add_command(append)
 
 
 def main() -> None:
+    # The CLI speaks for itself: aiokafka's retry chatter (a topic created a moment ago, a
+    # broker restarting) is not for the user unless asked for (ARES_LOG_LEVEL=debug).
+    if os.environ.get("ARES_LOG_LEVEL", "").lower() != "debug":
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     sys.exit(run_cli(cli))
