@@ -1,0 +1,60 @@
+"""``ares bench``: every benchmark of ``bench/``, one report (ours, ceiling, ratio each)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ares.cli.common import settings_of
+from ares.errors import ConfigError
+
+# In the order they run; each module has ``async def run(settings, **opts) -> dict``.
+BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats")
+err = Console(stderr=True)
+
+
+def bench_dir() -> Path:
+    """``bench/`` of this checkout (the benchmarks are not part of the installed package)."""
+    for candidate in (Path.cwd() / "bench", Path(__file__).resolve().parents[3] / "bench"):
+        if (candidate / "harness.py").exists():
+            return candidate
+    raise ConfigError("no bench/ directory here: run `ares bench` from an ares-mesh checkout")
+
+
+@click.command()
+@click.option("--only", "only", multiple=True, type=click.Choice(BENCHMARKS),
+              help="Run only these benchmarks (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report.")
+@click.pass_context
+def bench(ctx: click.Context, only: tuple[str, ...], as_json: bool) -> None:
+    """Run the benchmarks against the configured broker, each next to its raw ceiling
+    (raw aiokafka produce/consume of the same bytes, fastavro encode/decode) measured in the
+    same run; `docs/benchmarks.md` explains each figure."""
+    settings = settings_of(ctx)
+    root = bench_dir()
+    sys.path.insert(0, str(root.parent))
+    report: dict[str, Any] = {"sections": {}}
+    for name in only or BENCHMARKS:
+        try:
+            module = importlib.import_module(f"bench.{name}")
+        except ModuleNotFoundError:
+            err.print(f"[yellow]{name}: no bench/{name}.py in this checkout, skipped[/]")
+            continue
+        err.print(f"[cyan]▸[/] {name} ...", highlight=False)
+        started = time.monotonic()
+        section = asyncio.run(module.run(settings))
+        section["wall_s"] = round(time.monotonic() - started, 1)
+        report["sections"][name] = section
+        if not as_json:
+            harness = importlib.import_module("bench.harness")
+            click.echo(harness.render(section))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
