@@ -14,7 +14,6 @@ import click
 
 from ares.cli.bench import bench
 from ares.cli.common import AppContext, run_cli
-from ares.cli.compaction import compaction
 from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
@@ -59,7 +58,6 @@ cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
 cli.add_command(run)
-cli.add_command(compaction)
 cli.add_command(demo)
 cli.add_command(bench)
 events.add_command(append)
