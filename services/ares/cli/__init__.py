@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from ares.cli.agents import agents
 from ares.cli.bench import bench
 from ares.cli.common import AppContext, run_cli
 from ares.cli.demo import demo
@@ -53,6 +54,7 @@ def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | N
     })
 
 
+cli.add_command(agents)
 cli.add_command(dev)
 cli.add_command(events)
 cli.add_command(schemas)

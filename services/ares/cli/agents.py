@@ -1,0 +1,507 @@
+"""``ares agents``: the agents' lifecycle from the command line.
+
+Write commands (start, stop, kill, resume, task, resolve, snapshot) go through ``ares.Client``
+to the owner of the agent's partition, which validates them and appends the events; they
+print one line on stdout once the owner has answered. Read commands (status, genealogy)
+scan ``ares.events`` read-only (read_committed, no consumer group, no partition ownership)
+and fold the views of ``ares.views.agents`` and ``ares.runtime_manager.genealogy``.
+
+Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent/call, 2 usage (a bad
+flag, e.g. JSON that does not parse), 3 version conflict that persisted (resolve), 4 broker
+unreachable, topics missing or no owner answered (start one: ares run runtime-manager).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+from aiokafka.errors import KafkaError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ares.agents.records import RESOLUTIONS, resolution_event
+from ares.cli.common import err_console, run_async, settings_of
+from ares.client import Client
+from ares.commands.model import Reply
+from ares.config import Settings
+from ares.errors import ConflictError, UnavailableError
+from ares.events.kafka_errors import translate
+from ares.events.kafka_store import KafkaEventStore
+from ares.events.model import Event
+from ares.runtime_manager.genealogy import Incarnation, genealogy, genealogy_json
+from ares.runtime_manager.lifecycle import AGENT_STARTED
+from ares.topics import EVENTS, load_topics
+from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
+
+T = TypeVar("T")
+
+ISSUER = "cli"
+MODULE = "cli"  # the module of the events the CLI proposes (resolutions)
+_RESOLVE_ATTEMPTS = 3  # re-read and re-check when the stream moved under a resolution
+_TOPIC_WAIT_S = 5.0  # PartitionScanner.partitions waits this long for a new topic
+
+_TIMEOUT_HELP = "seconds to wait for the owner's reply  [default: ARES_REQUEST_TIMEOUT_S]"
+_JSON_HELP = "machine-readable output (JSON)"
+
+
+@click.group()
+def agents() -> None:
+    """Agents: start, stop, kill, resume, tasks, in-doubt tool calls, status, genealogy.
+
+    \b
+    start, stop, kill, resume, task, resolve and snapshot go through the owner of the
+    agent's partition (`ares run runtime-manager`); status and genealogy only read
+    ares.events and are safe to run at any time.
+    Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent or call,
+    2 bad flag (e.g. invalid JSON), 3 version conflict (resolve),
+    4 broker unreachable, topics missing or no owner answered.
+    """
+
+
+_timeout = click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+                        metavar="SECONDS", help=_TIMEOUT_HELP)
+
+
+# -- write side: commands to the owner --------------------------------------------------
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@click.option("--kind", required=True, help="the agent kind, e.g. example.pipeline")
+@click.option("--config", "config_json", default="{}", show_default=True, metavar="JSON",
+              help="the agent's configuration, a JSON object")
+@_timeout
+@click.pass_context
+def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
+          timeout: float | None) -> None:
+    """Start agent ID of kind KIND (its first incarnation).
+
+    The owner checks the kind and the configuration: an unknown kind is refused (exit 1)
+    with the kinds it knows. Starting a running agent is a no-op; a stopped or quarantined
+    one is brought back with `ares agents resume`.
+    """
+    config = _json_value(config_json, "--config", object_only=True)
+    reply = _send(ctx, lambda c: c.start_agent(agent_id, kind, config), timeout)
+    _done(agent_id, reply, f"started (kind {kind})")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@click.option("--reason", default="requested", show_default=True,
+              help="why, recorded in agent.stopped")
+@_timeout
+@click.pass_context
+def stop(ctx: click.Context, agent_id: str, reason: str, timeout: float | None) -> None:
+    """Stop agent ID voluntarily: it is never resurrected until `ares agents resume`."""
+    reply = _send(ctx, lambda c: c.command("agent.stop", agent_id, reason=reason),
+                  timeout)
+    _done(agent_id, reply, "stopped")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@_timeout
+@click.pass_context
+def kill(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+    """Crash agent ID as if it raised (fault injection).
+
+    The runtime records agent.dead (cause: killed) and resurrects it through the
+    resurrection guard; the new incarnation resumes from its journal.
+    """
+    reply = _send(ctx, lambda c: c.command("agent.kill", agent_id, reason="cli"),
+                  timeout)
+    _done(agent_id, reply, "killed; the runtime records the death and resurrects it")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@_timeout
+@click.pass_context
+def resume(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+    """Resume a stopped or quarantined agent ID (a new incarnation, a fresh restart
+    budget)."""
+    reply = _send(ctx, lambda c: c.command("agent.resume", agent_id,
+                                           reason="operator"), timeout)
+    _done(agent_id, reply, "resumed")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@click.option("--input", "input_json", required=True, metavar="JSON",
+              help="the task's input, any JSON value")
+@click.option("--task-id", metavar="TASK_ID",
+              help="the task's id (re-assigning an id is a no-op)  [default: a new uuid]")
+@_timeout
+@click.pass_context
+def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None,
+         timeout: float | None) -> None:
+    """Assign a task to agent ID; prints the task id (stdout), for scripts.
+
+    Tasks run one at a time, in assignment order.
+    """
+    value = _json_value(input_json, "--input")
+    task_id = task_id or str(uuid.uuid4())
+    reply = _send(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
+    click.echo(task_id)
+    _note(f"{agent_id}: task {task_id} "
+          + (reply.message if reply.message else "assigned")
+          + f" (version {reply.stream_version})")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@click.option("--call", "call_id", required=True, metavar="CALL_ID",
+              help="the in-doubt call's id (see `ares agents status ID`)")
+@click.option("--as", "as_", required=True, type=click.Choice(RESOLUTIONS),
+              help="done: it happened; retry: it did not, run it again; skip: do not run it")
+@click.option("--result", "result_json", metavar="JSON",
+              help="with --as done: what the call returned, any JSON value  [default: null]")
+@click.option("--note", help="a note for the record (who, why)")
+@_timeout
+@click.pass_context
+def resolve(ctx: click.Context, agent_id: str, call_id: str, as_: str,
+            result_json: str | None, note: str | None, timeout: float | None) -> None:
+    """Resolve tool call CALL_ID of agent ID that is in doubt (its intent is recorded, its
+    outcome is not, and no reconcile hook could tell).
+
+    \b
+    Appends tool.call.resolved to the agent's stream; the paused task then runs again:
+      done   the call happened: ctx.tool returns --result (or null)
+      retry  it did not: a new intent is recorded and the call runs
+      skip   do not run it: ctx.tool raises ToolSkipped
+    The call must be in doubt now: a call with an outcome, already resolved, still running
+    or unknown is refused (exit 1) and nothing is appended.
+    """
+    if result_json is not None and as_ != "done":
+        raise click.BadParameter("a result only goes with --as done", param_hint="--result")
+    result = None if result_json is None else _json_value(result_json, "--result")
+    settings = settings_of(ctx)
+    with _quiet_aiokafka():
+        version = run_async(_resolve(settings, agent_id, call_id, as_, result, note, timeout))
+    click.echo(f"{agent_id}: call {call_id} resolved as {as_} (version {version})")
+
+
+async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, result: Any,
+                   note: str | None, reply_timeout_s: float | None) -> int:
+    store = await _open_store(settings)
+    try:
+        async with Client(settings, issuer=ISSUER) as client:
+            for attempt in range(1, _RESOLVE_ATTEMPTS + 1):
+                events = await _read(store, agent_id)
+                call = agent_builder(events, agent_id).check_resolvable(call_id)
+                event = resolution_event(call_id, as_, result=result, note=note,
+                                         task_id=call.task_id, tool=call.tool,
+                                         module=MODULE, by="operator")
+                # At the version we checked: a resolution never lands on a stream that
+                # moved after the check (e.g. the call was settled meanwhile).
+                expected = events[-1].version if events else 0
+                try:
+                    return await client.append(agent_id, [event], expected, reply_timeout_s)
+                except ConflictError:
+                    if attempt == _RESOLVE_ATTEMPTS:
+                        raise
+            raise AssertionError("unreachable")
+    finally:
+        await store.close()
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@_timeout
+@click.pass_context
+def snapshot(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+    """Snapshot agent ID now (state, version, hash-chain head and log offset) to the
+    compacted snapshots topic."""
+    reply = _send(ctx, lambda c: c.command("snapshot.request", agent_id,
+                                           reason="cli"), timeout)
+    _done(agent_id, reply, "snapshot taken")
+
+
+def _send(ctx: click.Context, call: Callable[[Client], Awaitable[Reply]],
+          timeout: float | None) -> Reply:
+    settings = settings_of(ctx)
+    if timeout is not None:  # the wait for the reply (and for connecting)
+        settings = dataclasses.replace(settings, request_timeout_s=timeout)
+
+    async def go() -> Reply:
+        async with Client(settings, issuer=ISSUER) as client:
+            return await call(client)
+
+    with _quiet_aiokafka():
+        return run_async(go())
+
+
+def _done(agent_id: str, reply: Reply, what: str) -> None:
+    """One line: what the owner did (or its note, e.g. "already running")."""
+    click.echo(f"{agent_id}: {reply.message or what} (version {reply.stream_version})")
+
+
+def _json_value(raw: str, flag: str, *, object_only: bool = False) -> Any:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=flag) from None
+    if object_only and not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"reconcile\": false}'",
+                                 param_hint=flag)
+    return value
+
+
+# -- read side: views folded from ares.events -------------------------------------------
+
+
+@agents.command()
+@click.argument("agent_id", metavar="[ID]", required=False)
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object (with ID) or one per agent per line (JSON Lines)")
+@click.pass_context
+def status(ctx: click.Context, agent_id: str | None, as_json: bool) -> None:
+    """Status of agent ID, or of every agent (a table).
+
+    \b
+    Per agent: status, kind, incarnation, restarts, worker, version, last event, the
+    current task, task counts, tokens (spent, saved by the journal after recoveries,
+    spent twice: must be 0) and the tool calls in doubt (resolve them with
+    `ares agents resolve`).
+    --json keys: agent_id, kind, status, incarnation, restarts, deaths, recent_deaths,
+    worker, version, last_event_time, last_event_type, started_at, config,
+    snapshot_version, last_death, quarantine_reason, current_task {task_id, state},
+    tasks {assigned, completed, failed, pending}, tokens {spent, saved, spent_twice, ...},
+    in_doubt [{call_id, task_id, tool, idempotency_key, reason, since}].
+    An unknown ID exits 1; no agents at all prints nothing on stdout (exit 0).
+    """
+    settings = settings_of(ctx)
+    with _quiet_aiokafka():
+        views = run_async(_views(settings, agent_id))
+    if agent_id is not None:
+        [view] = views
+        click.echo(_json_line(view.to_json()) if as_json else "\n".join(_view_lines(view)))
+        return
+    if as_json:
+        for view in views:
+            click.echo(_json_line(view.to_json()))
+    elif views:
+        _stdout().print(_views_table(views))
+    if not views:
+        _note(f"no agents in {load_topics(settings).name(EVENTS)}")
+
+
+async def _views(settings: Settings, agent_id: str | None) -> list[AgentView]:
+    store = await _open_store(settings)
+    try:
+        if agent_id is not None:
+            return [agent_builder(await _read(store, agent_id), agent_id).build()]
+        views = AgentViews()
+        try:
+            async for event in store.read_all():
+                views.add(event)
+        except KafkaError as exc:
+            raise translate(exc, f"scanning {store.topic}") from exc
+        return views.views()
+    finally:
+        await store.close()
+
+
+@agents.command("genealogy")
+@click.argument("agent_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+@click.pass_context
+def genealogy_command(ctx: click.Context, agent_id: str, as_json: bool) -> None:
+    """Every incarnation of agent ID, oldest first: start and end, how it ended (cause of
+    death), the worker, its parent and its recovery record.
+
+    \b
+    --json: {"agent_id", "incarnations": [{incarnation, parent, started_at, ended_at,
+    lifetime_s, end, cause_of_death, stop_reason, quarantined, worker, attempts,
+    backoff_ms, recovery, first_version, last_version}]}
+    """
+    settings = settings_of(ctx)
+
+    async def go() -> list[Incarnation]:
+        store = await _open_store(settings)
+        try:
+            events = await _read(store, agent_id)
+        finally:
+            await store.close()
+        if not any(e.type == AGENT_STARTED for e in events):
+            raise NoSuchAgentError(agent_id)
+        return genealogy(events)
+
+    with _quiet_aiokafka():
+        incarnations = run_async(go())
+    if as_json:
+        click.echo(_json_line(genealogy_json(agent_id, incarnations)))
+        return
+    _stdout().print(_genealogy_table(agent_id, incarnations))
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+async def _open_store(settings: Settings) -> KafkaEventStore:
+    """A store that owns no partition: it writes nothing and fences nobody."""
+    topic = load_topics(settings).name(EVENTS)
+    what = "connecting the event reader"
+    try:
+        return await asyncio.wait_for(KafkaEventStore.open(settings, owned=[], topic=topic),
+                                      settings.request_timeout_s + _TOPIC_WAIT_S + 1)
+    except (KafkaError, TimeoutError) as exc:
+        error = translate(exc, what)
+        if not isinstance(error, UnavailableError):
+            raise error from exc
+        raise UnavailableError(
+            f"{what}: Kafka at {settings.kafka_bootstrap} did not answer "
+            f"({type(exc).__name__}: {exc or 'timed out'}); run `ares dev up` for a local "
+            "broker or set ARES_KAFKA_BOOTSTRAP") from exc
+
+
+async def _read(store: KafkaEventStore, agent_id: str) -> list[Event]:
+    try:
+        return await store.read(agent_id)
+    except KafkaError as exc:
+        raise translate(exc, f"reading stream {agent_id!r} from {store.topic}") from exc
+
+
+@contextlib.contextmanager
+def _quiet_aiokafka() -> Iterator[None]:
+    """aiokafka logs each refused connection at ERROR: our one message says it instead."""
+    logger = logging.getLogger("aiokafka")
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+# -- rendering --------------------------------------------------------------------------
+
+
+def _view_lines(view: AgentView) -> list[str]:
+    """The human status of one agent: a few labelled lines."""
+    tokens, tasks = view.tokens, view.tasks
+    head = [view.status, f"incarnation {view.incarnation}", f"restarts {view.restarts}"]
+    if view.worker:
+        head.append(f"worker {view.worker}")
+    lines = [
+        f"agent     {view.agent_id} ({view.kind})",
+        "status    " + " · ".join(head),
+        f"version   {view.version} · last event {_when(view.last_event_time)} "
+        f"({_ago(view.last_event_time, datetime.now(UTC))}) {view.last_event_type or ''}"
+        .rstrip(),
+    ]
+    if view.quarantine_reason:
+        lines.append(f"quarantine {view.quarantine_reason} (clear it: ares agents resume "
+                     f"{view.agent_id})")
+    if view.last_death is not None:
+        lines.append(f"last death {view.last_death.describe()} at "
+                     f"{_when(view.last_death.at)}")
+    current = (f"{view.current_task} ({view.task_state})" if view.current_task else "none")
+    lines.append(f"task      {current} · {tasks.assigned} assigned, {tasks.completed} "
+                 f"completed, {tasks.failed} failed, {len(tasks.pending)} pending")
+    lines.append(f"tokens    spent {tokens.spent_tokens:,} ({tokens.calls} calls) · saved "
+                 f"{tokens.reused_tokens:,} ({tokens.reused_calls} calls re-used) · spent "
+                 f"twice {tokens.spent_twice}")
+    for call in view.in_doubt:
+        lines.append(f"in doubt  {call.call_id} (tool {call.tool}, task {call.task_id}): "
+                     f"{call.reason}")
+    if view.in_doubt:
+        lines.append(f"          resolve: ares agents resolve {view.agent_id} --call CALL_ID "
+                     f"--as done|retry|skip")
+    return lines
+
+
+def _views_table(views: list[AgentView]) -> Table:
+    table = _table("AGENT", "KIND", "STATUS", "INC", "RESTARTS", "WORKER", "VERSION", "TASK",
+                   "TOKENS", "TWICE", "IN DOUBT", "LAST EVENT")
+    now = datetime.now(UTC)
+    for v in views:
+        task_text = "-" if v.current_task is None else f"{_short(v.current_task)} ({v.task_state})"
+        table.add_row(v.agent_id, v.kind, v.status, str(v.incarnation), str(v.restarts),
+                      v.worker or "-", str(v.version), task_text, f"{v.tokens.spent_tokens:,}",
+                      str(v.tokens.spent_twice), str(len(v.in_doubt)) if v.in_doubt else "-",
+                      _ago(v.last_event_time, now))
+    return table
+
+
+def _genealogy_table(agent_id: str, incarnations: list[Incarnation]) -> Table:
+    table = _table("INC", "PARENT", "STARTED", "LIFETIME", "END", "CAUSE", "WORKER",
+                   "RECOVERY")
+    table.title = f"{agent_id}: {len(incarnations)} incarnation(s)"
+    table.title_justify = "left"
+    for inc in incarnations:
+        end = inc.end or "running"
+        if inc.quarantined:
+            end += f", quarantined ({inc.quarantined})"
+        cause = inc.cause_of_death or (f"stop: {inc.stop_reason}" if inc.stop_reason else "-")
+        lifetime = "-" if inc.lifetime_s is None else f"{inc.lifetime_s:.1f}s"
+        table.add_row(str(inc.number), "-" if inc.parent is None else str(inc.parent),
+                      _when(inc.started_at), lifetime, end, cause, inc.worker or "-",
+                      _recovery(inc))
+    return table
+
+
+def _recovery(inc: Incarnation) -> str:
+    record = inc.recovery_record
+    if record is None:
+        return "-"
+    parts = [f"snapshot v{record.snapshot_version}" if record.snapshot_version
+             else "full replay", f"{record.events_replayed} replayed"]
+    if record.recovery_s is not None:
+        parts.append(f"{record.recovery_s * 1000:.0f} ms")
+    if record.verified is not None:
+        parts.append("verified" if record.verified else "NOT verified")
+    if inc.attempts > 1:
+        parts.append(f"{inc.attempts} attempts")
+    return ", ".join(parts)
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _stdout() -> Console:
+    # Not a terminal (a pipe, a file): wide enough that rows are never folded.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _when(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    seconds = max((now - when).total_seconds(), 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _short(task_id: str, width: int = 12) -> str:
+    return task_id if len(task_id) <= width else task_id[:width - 1] + "…"
+
+
+def _json_line(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _note(text: str) -> None:
+    err_console.print(text, markup=False, highlight=False, style="dim")
