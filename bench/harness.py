@@ -1,0 +1,420 @@
+"""What every benchmark shares: timing, the report section, topics, workloads, the CLI.
+
+A benchmark measures OUR path and its raw CEILING in the same run, on the same broker, with
+the same bytes and producer/consumer settings, and reports ``ratio = ours / ceiling`` of one
+``metric``. Client CPU is ``time.process_time()`` (every thread of this process; the broker
+is another process) divided by the events handled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from ares.config import Settings
+from ares.events.chain import seal_encoded
+from ares.events.model import Event, NewEvent, StreamHead
+from ares.events.routing import partition_for
+from ares.topics.loader import load_topics
+
+Section = dict[str, Any]
+BenchRun = Callable[..., Coroutine[Any, Any, Section]]
+
+# The module of every benchmark event, and the JSON size of a step payload.
+MODULE = "bench"
+PAYLOAD_BYTES = 300
+
+
+# -- timing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Wall and client CPU time spent on ``events`` events."""
+
+    events: int
+    wall_s: float
+    cpu_s: float
+
+    def to_dict(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "seconds": round(self.wall_s, 4),
+            "events_per_s": round(self.events / self.wall_s, 1) if self.wall_s else 0.0,
+            "cpu_us_per_event": round(self.cpu_s / self.events * 1e6, 2) if self.events else 0.0,
+            # Cores this process kept busy on average (1.0 = one core saturated).
+            "cores": round(self.cpu_s / self.wall_s, 3) if self.wall_s else 0.0,
+            **extra,
+        }
+
+
+def combine(parts: Sequence[Measurement]) -> Measurement:
+    """Several measured rounds as one: total events over total time."""
+    return Measurement(sum(m.events for m in parts), sum(m.wall_s for m in parts),
+                       sum(m.cpu_s for m in parts))
+
+
+def rate_ratios(ours: Sequence[Measurement], ceiling: Sequence[Measurement]) -> list[float]:
+    """events/s ratio of each round: their spread shows how noisy the machine was."""
+    return [round((o.events / o.wall_s) / (c.events / c.wall_s), 3)
+            for o, c in zip(ours, ceiling, strict=True) if o.wall_s and c.wall_s and c.events]
+
+
+class Stopwatch:
+    """Wall (``perf_counter``) and CPU (``process_time``) time from ``start`` to ``stop``."""
+
+    def __init__(self) -> None:
+        self._wall = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def stop(self, events: int) -> Measurement:
+        return Measurement(events, time.perf_counter() - self._wall,
+                           time.process_time() - self._cpu)
+
+
+def best_of(repeats: int, events: int, work: Callable[[], object]) -> Measurement:
+    """The fastest of ``repeats`` runs of CPU-only ``work`` over ``events`` events (the
+    least disturbed by other processes, as ``timeit`` recommends)."""
+    runs = []
+    for _ in range(repeats):
+        watch = Stopwatch()
+        work()
+        runs.append(watch.stop(events))
+    return min(runs, key=lambda m: m.wall_s)
+
+
+def latency_summary(samples_s: Sequence[float]) -> dict[str, float | int]:
+    """p50/p95/p99 (nearest rank), mean and max of latencies given in seconds, in ms."""
+    ordered = sorted(samples_s)
+
+    def rank(q: float) -> float:
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)] * 1000
+
+    return {
+        "samples": len(ordered),
+        "p50_ms": round(rank(0.50), 3),
+        "p95_ms": round(rank(0.95), 3),
+        "p99_ms": round(rank(0.99), 3),
+        "mean_ms": round(sum(ordered) / len(ordered) * 1000, 3),
+        "max_ms": round(ordered[-1] * 1000, 3),
+    }
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def section(name: str, metric: str, ours: Mapping[str, Any], ceiling: Mapping[str, Any], *,
+            higher_is_better: bool = True, target: float | None = None,
+            **extra: Any) -> Section:
+    """One report section: our figure, its ceiling and ``ratio = ours[metric] / ceiling[metric]``.
+
+    With ``higher_is_better`` (throughput) a ratio of 1.0 means "as fast as the raw client";
+    for latencies it is the other way round. ``target`` is the ratio to report against
+    (never asserted): ``met`` says whether this run reached it.
+    """
+    denominator = float(ceiling[metric])
+    ratio = round(float(ours[metric]) / denominator, 3) if denominator else None
+    result: Section = {
+        "name": name,
+        "metric": metric,
+        "higher_is_better": higher_is_better,
+        "ours": dict(ours),
+        "ceiling": dict(ceiling),
+        "ratio": ratio,
+    }
+    if target is not None:
+        met = ratio is not None and (ratio >= target if higher_is_better else ratio <= target)
+        result["target"] = {"ratio": target, "met": met}
+    result.update(extra)
+    return result
+
+
+def render(report: Section, indent: str = "") -> str:
+    """A section as aligned text lines: ours, ceiling, ratio, then its parts."""
+    metric = report["metric"]
+    lines = [f"{indent}{report['name']}  ({report.get('what', metric)})"]
+    for who in ("ours", "ceiling"):
+        figures = report[who]
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in figures.items()
+                          if not isinstance(v, dict | list))
+        lines.append(f"{indent}  {who:<8} {shown}")
+        lines.extend(f"{indent}  {'':<8} {k}: " + ", ".join(f"{kk}={_short(vv)}"
+                                                            for kk, vv in v.items())
+                     for k, v in figures.items() if isinstance(v, dict))
+    target = report.get("target")
+    verdict = ""
+    if target is not None:
+        relation = ">=" if report["higher_is_better"] else "<="
+        verdict = (f"   target {relation} {target['ratio']}: "
+                   f"{'met' if target['met'] else 'NOT met'}")
+    lines.append(f"{indent}  ratio    {report['ratio']} ({metric}, ours/ceiling){verdict}")
+    for note in report.get("notes", ()):
+        lines.append(f"{indent}  note     {note}")
+    for part in report.get("parts", {}).values():
+        lines.append(render(part, indent + "  "))
+    return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    return f"{value:,.6g}" if isinstance(value, float) else str(value)
+
+
+def machine() -> dict[str, Any]:
+    """Where a figure was measured: the same code differs by machine and by load."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_1m": round(os.getloadavg()[0], 2),  # other processes compete for the cores
+        "python": platform.python_version(),
+        "aiokafka": version("aiokafka"),
+        "fastavro": version("fastavro"),
+    }
+
+
+# -- topics -------------------------------------------------------------------------------
+
+
+def bench_settings(settings: Settings) -> Settings:
+    """``settings`` with a topic prefix of this run's own: runs never see each other."""
+    return settings.with_overrides(
+        topic_prefix=f"{settings.topic_prefix}bench-{uuid.uuid4().hex[:8]}."
+    )
+
+
+def events_topic_configs(settings: Settings) -> tuple[int, dict[str, str]]:
+    """Partition count and configs of ``ares.events`` from topics.yaml (what production runs)."""
+    spec = load_topics(settings).topic("ares.events")
+    return spec.partitions, dict(spec.configs)
+
+
+@asynccontextmanager
+async def bench_topics(settings: Settings, names: Sequence[str],
+                       partitions: int) -> AsyncIterator[list[str]]:
+    """Create ``names`` like ``ares.events`` (configs from topics.yaml); delete them after."""
+    _, configs = events_topic_configs(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                client_id="ares-bench")
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)
+                                   for name in names])
+        try:
+            await _until_led(admin, settings.kafka_bootstrap, names, partitions)
+            yield list(names)
+        finally:
+            await admin.delete_topics(list(names))
+    finally:
+        await admin.close()
+
+
+async def _until_led(admin: AIOKafkaAdminClient, bootstrap: str, names: Sequence[str],
+                     partitions: int, timeout_s: float = 30.0) -> None:
+    """Wait until every partition of new topics has a leader that answers ListOffsets.
+
+    The metadata names a leader a moment before that broker serves the partition; a client
+    starting in between logs NotLeaderForPartition errors (and retries). The probe's own
+    retries are silenced: they are expected here.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        described = await admin.describe_topics(list(names))
+        led = sum(1 for topic in described if topic["error_code"] == 0
+                  for p in topic["partitions"] if p["leader"] >= 0)
+        if led == len(names) * partitions:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise TimeoutError(f"topics {list(names)} got no partition leaders in {timeout_s}s")
+    logger = logging.getLogger("aiokafka")
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        await probe.start()
+        await probe.end_offsets([TopicPartition(n, p) for n in names for p in range(partitions)])
+    finally:
+        await probe.stop()
+        logger.setLevel(previous)
+
+
+async def settled_end_offsets(settings: Settings, topic: str,
+                              partitions: int) -> dict[int, int]:
+    """End offset of every partition once the last transaction's markers are written.
+
+    Commit markers are written after ``commit_transaction`` returns; until then the last
+    stable offset (read_committed end) trails the high watermark. Each committed
+    transaction adds one marker per partition, so ``end - data records`` counts them.
+    """
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    committed = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                 isolation_level="read_committed")
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                   isolation_level="read_uncommitted")
+    await committed.start()
+    await uncommitted.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            stable = await committed.end_offsets(tps)
+            high = await uncommitted.end_offsets(tps)
+            if stable == high or time.monotonic() > deadline:
+                return {tp.partition: int(high[tp]) for tp in tps}
+            await asyncio.sleep(0.05)
+    finally:
+        await committed.stop()
+        await uncommitted.stop()
+
+
+def producer_options(settings: Settings) -> dict[str, Any]:
+    """The producer settings of a partition writer (``kafka_store.open_writer``): a ceiling
+    must batch and acknowledge exactly like our path."""
+    return {
+        "bootstrap_servers": settings.kafka_bootstrap,
+        "acks": "all",
+        "linger_ms": 1,
+        "max_batch_size": 1_048_576,
+        "max_request_size": max(settings.max_record_bytes * 2, 1_048_576),
+        "request_timeout_ms": int(settings.request_timeout_s * 1000),
+    }
+
+
+async def start_producer(settings: Settings, **overrides: Any) -> AIOKafkaProducer:
+    producer = AIOKafkaProducer(**{**producer_options(settings), **overrides})
+    await producer.start()
+    return producer
+
+
+# -- workloads ----------------------------------------------------------------------------
+
+
+def step_payload(stream_id: str, step: int) -> dict[str, Any]:
+    """A realistic agent step: ~``PAYLOAD_BYTES`` of canonical JSON."""
+    payload: dict[str, Any] = {
+        "agent": stream_id,
+        "step": step,
+        "tool": "web.search",
+        "input": {"query": f"quarterly revenue of supplier {step % 97} in region {step % 7}"},
+        "tokens": {"prompt": 812 + step % 50, "completion": 164 + step % 13},
+        "latency_ms": 1200 + step % 300,
+        "output": "",
+    }
+    size = len(json.dumps(payload, sort_keys=True, separators=(",", ":")))
+    payload["output"] = "x" * max(0, PAYLOAD_BYTES - size)
+    return payload
+
+
+def stream_ids(count: int, tag: str = "agent") -> list[str]:
+    return [f"{tag}-{i:05d}" for i in range(count)]
+
+
+def step_events(streams: Sequence[str], per_stream: int,
+                event_type: str = "bench.step") -> dict[str, list[NewEvent]]:
+    """``per_stream`` new events for each stream (a custom type: a JsonPayload)."""
+    return {s: [NewEvent(type=event_type, module=MODULE, payload=step_payload(s, i))
+                for i in range(per_stream)] for s in streams}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One sealed event as a raw client sends it: our wire bytes, key, headers, partition."""
+
+    partition: int
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    event: Event
+
+
+def seal_all(events: Mapping[str, Sequence[NewEvent]], partitions: int) -> dict[str, list[Record]]:
+    """Every stream's events sealed (versions from 1, hash chain) into the records our
+    partition writer would send: the ceilings' "same bytes", encoded once beforehand."""
+    sealed: dict[str, list[Record]] = {}
+    for stream_id, news in events.items():
+        head = StreamHead()
+        partition = partition_for(stream_id, partitions)
+        key = stream_id.encode()
+        records: list[Record] = []
+        for new in news:
+            event, wire = seal_encoded(stream_id, head, new, head.version + 1)
+            head = StreamHead(event.version, event.hash)
+            records.append(Record(partition, key, wire, (("ares.type", new.type.encode()),),
+                                  event))
+        sealed[stream_id] = records
+    return sealed
+
+
+def interleave(per_stream: Mapping[str, Sequence[Record]]) -> list[Record]:
+    """Round robin over streams: the log order of a fleet whose agents step together."""
+    queues = [list(records) for records in per_stream.values()]
+    out: list[Record] = []
+    depth = max((len(q) for q in queues), default=0)
+    for i in range(depth):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
+
+
+def by_partition(records: Sequence[Record], partitions: int) -> list[list[Record]]:
+    split: list[list[Record]] = [[] for _ in range(partitions)]
+    for record in records:
+        split[record.partition].append(record)
+    return split
+
+
+def chunks(items: Sequence[Record], count: int) -> list[Sequence[Record]]:
+    """``items`` in ``count`` consecutive chunks whose sizes differ by at most one."""
+    count = max(1, min(count, len(items)))
+    size, extra = divmod(len(items), count)
+    out: list[Sequence[Record]] = []
+    start = 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+async def produce_transactions(producer: AIOKafkaProducer, topic: str,
+                               transactions: Sequence[Sequence[Record]]) -> None:
+    """begin, send every record, commit: the raw client's transactional append."""
+    for records in transactions:
+        await producer.begin_transaction()
+        for r in records:
+            await producer.send(topic, r.value, key=r.key, partition=r.partition,
+                                headers=list(r.headers))
+        await producer.commit_transaction()
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def cli(description: str, run: BenchRun,
+        add_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``python bench/<name>.py [options] [--json]``: run against ``ARES_*`` settings."""
+    parser = argparse.ArgumentParser(description=description)
+    add_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the report section as JSON")
+    args = vars(parser.parse_args())
+    as_json = args.pop("json")
+    logging.basicConfig(level=logging.ERROR)
+    report = asyncio.run(run(Settings.from_env(), **args))
+    if as_json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render(report))
+

@@ -1,0 +1,93 @@
+"""The benchmarks run end to end at tiny sizes: report shape and counts, never timings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench import append, read
+
+from ares.config import Settings
+from tests.support.kafka import admin_client
+
+PARTITIONS = 3
+FIGURES = ("events", "seconds", "events_per_s", "cpu_us_per_event", "cores")
+
+
+def assert_section(report: dict[str, Any], name: str) -> None:
+    assert report["name"] == name
+    metric = report["metric"]
+    assert metric in report["ours"]
+    assert metric in report["ceiling"]
+    assert isinstance(report["higher_is_better"], bool)
+    assert isinstance(report["ratio"], float)
+    assert report["ratio"] > 0
+    json.dumps(report)  # what --json prints
+
+
+async def bench_topics_left(settings: Settings) -> list[str]:
+    async with admin_client(settings.kafka_bootstrap) as admin:
+        topics = await admin.list_topics()
+    return [t for t in topics if t.startswith(f"{settings.topic_prefix}bench-")]
+
+
+async def test_append_bench_reports_ours_and_ceilings_for_the_same_events(
+    settings: Settings,
+) -> None:
+    report = await append.run(settings, events=120, streams=12, rounds=2,
+                              latency_samples=30, partitions=PARTITIONS)
+
+    assert_section(report, "append")
+    ours, ceiling = report["ours"], report["ceiling"]
+    assert all(k in ours and k in ceiling for k in FIGURES)
+    assert ours["events"] == ceiling["events"] == 120 == report["config"]["events"]
+    # The ceiling commits exactly as many transactions as our writers did.
+    assert ours["transactions"] == ceiling["transactions"]
+    assert 1 <= ours["transactions"] <= 120
+    assert len(report["round_ratios"]) == 2
+    assert report["target"]["ratio"] == 0.8
+    assert isinstance(report["target"]["met"], bool)
+
+    parts = report["parts"]
+    assert set(parts) == {"idempotent", "latency", "codec"}
+    assert_section(parts["idempotent"], "append.idempotent")
+    assert parts["idempotent"]["ceiling"]["events"] == 120
+
+    latency = parts["latency"]
+    assert_section(latency, "append.latency")
+    assert latency["higher_is_better"] is False
+    for figures in (latency["ours"], latency["ceiling"]):
+        assert figures["samples"] == 30  # warm-up appends come on top, not counted
+        assert figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+    assert isinstance(latency["goal"]["met"], bool)
+
+    codec = parts["codec"]
+    assert_section(codec, "append.codec")
+    assert codec["ours"]["events"] == codec["ceiling"]["events"] == 120
+    assert codec["ceiling"]["same_bytes"] is True
+
+    assert await bench_topics_left(settings) == []
+
+
+async def test_read_bench_reads_every_event_written(settings: Settings) -> None:
+    report = await read.run(settings, events=300, streams=10, rounds=2, stream_reads=3,
+                            transaction_size=7, partitions=PARTITIONS)
+
+    assert_section(report, "read")
+    config = report["config"]
+    assert config["events"] == 300
+    # Each side replayed the whole topic once per round.
+    assert report["ours"]["events"] == report["ceiling"]["events"] == 2 * 300
+    assert report["ceiling"]["consume_only"]["events"] == 2 * 300
+    assert len(report["round_ratios"]) == 2
+    # Every partition holds its records plus one commit marker per transaction of <= 7.
+    assert 300 + 300 // 7 <= config["log_records"] <= 300 + 300 // 7 + 2 * PARTITIONS
+    assert isinstance(report["goal"]["met"], bool)
+
+    stream = report["parts"]["stream"]
+    assert_section(stream, "read.stream")
+    assert stream["ours"]["streams"] == stream["ceiling"]["streams"] == 3
+    assert stream["ours"]["events"] == stream["ceiling"]["events"] == 3 * 30
+    assert stream["ours"]["log_records_scanned"] >= 90
+
+    assert await bench_topics_left(settings) == []
