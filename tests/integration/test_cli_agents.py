@@ -281,8 +281,14 @@ async def test_no_owner_exits_4(kafka_bootstrap: str) -> None:
         done = ares("agents", "start", "a1", "--kind", "example.chat", "--timeout", "2",
                     env=ares_env(unserved, 1))
         empty = ares("agents", "status", env=ares_env(unserved, 1))
+        task = ares("agents", "task", "a1", "--input", "{}", "--timeout", "2",
+                    env=ares_env(unserved, 1))
     assert done.returncode == 4
     assert "ares run runtime-manager" in done.stderr
+    # The generated id is in the message: a retry with it cannot assign the task twice.
+    assert task.returncode == 4
+    assert task.stdout == ""
+    assert "--task-id " in task.stderr
     assert (empty.returncode, empty.stdout) == (0, "")
     assert "no agents" in empty.stderr
 

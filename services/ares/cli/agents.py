@@ -152,7 +152,13 @@ def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None
     """
     value = _json_value(input_json, "--input")
     task_id = task_id or str(uuid.uuid4())
-    reply = _send(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
+    try:
+        reply = _send(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
+    except UnavailableError as exc:
+        # The command stays in ares.commands: an owner that comes up later still applies it.
+        raise UnavailableError(f"{exc}. The task may still be assigned later: retry with "
+                               f"--task-id {task_id} (idempotent), not without it, or the "
+                               "agent may get it twice") from None
     click.echo(task_id)
     _note(f"{agent_id}: task {task_id} "
           + (reply.message if reply.message else "assigned")
