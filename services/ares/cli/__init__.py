@@ -13,12 +13,15 @@ import sys
 import click
 
 from ares.cli.agents import agents
+from ares.cli.audit import audit
 from ares.cli.bench import bench
 from ares.cli.common import AppContext, run_cli
 from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
 from ares.cli.events_write import append
+from ares.cli.projections import projections
+from ares.cli.replay import replay
 from ares.cli.run import run
 from ares.cli.schemas import schemas
 from ares.cli.topics import topics
@@ -60,6 +63,9 @@ cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
 cli.add_command(run)
+cli.add_command(replay)
+cli.add_command(audit)
+cli.add_command(projections)
 cli.add_command(demo)
 cli.add_command(bench)
 events.add_command(append)

@@ -6,6 +6,8 @@ import click
 
 from ares import logs
 from ares.cli.common import run_async, settings_of
+from ares.replay_reader.service import ReplayReaderService
+from ares.replay_reader.wiring import ENV_SCHEMA
 from ares.runtime_manager.host import HostConfig
 from ares.runtime_manager.service import RuntimeManager
 from ares.service import serve
@@ -55,3 +57,33 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
                              heartbeat_interval_s=heartbeat_interval,
                              host_config=HostConfig(snapshot_every=snapshot_every))
     ctx.exit(run_async(serve(manager, http_port=settings.http_port or None)))
+
+
+@run.command("replay-reader")
+@click.option("--http-port", type=click.IntRange(0, 65535), envvar="ARES_HTTP_PORT",
+              show_envvar=True, default=8080, show_default=True,
+              help="Port of the HTTP API, /openapi.json, /healthz, /readyz and /metrics "
+                   "(0: any free port).")
+@click.option("--schema", envvar=ENV_SCHEMA, show_envvar=True, metavar="NAME",
+              help="PostgreSQL schema of the projections  [default: ares_projections]")
+@click.option("--no-projector", is_flag=True,
+              help="Serve the API only; another replica projects.")
+@click.option("--agents", "agent_specs", multiple=True, envvar="ARES_AGENTS", show_envvar=True,
+              help="Agent kinds whose state the API folds, as package.module:REGISTRY.")
+@click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_projector: bool,
+                  agent_specs: tuple[str, ...], log_level: str) -> None:
+    """The read side: PostgreSQL projections and the HTTP API (with SSE) over them.
+
+    Projects ares.events and ares.alerts into PostgreSQL (ARES_POSTGRES_DSN; the schema's
+    migrations are applied at start) exactly once: the rows and the Kafka offsets are
+    written in one transaction. One replica projects per schema, the others stand by and
+    serve reads; reads fall back to scanning Kafka while PostgreSQL is down.
+    """
+    logs.configure(log_level)
+    settings = settings_of(ctx)
+    service = ReplayReaderService(settings, http_port=http_port, schema=schema,
+                                  project=not no_projector, agents=agent_specs)
+    ctx.exit(run_async(serve(service)))

@@ -1,0 +1,390 @@
+"""The replay reader's HTTP API (aiohttp): the documents of ``openapi.py``.
+
+Reads come from the PostgreSQL projections; when PostgreSQL is unavailable they are
+computed from the log (``fallback``) and say so (``"source": "log"``, header
+``X-Ares-Source: log``). Every error is an RFC 9457 problem document
+(``application/problem+json``), including unknown paths and methods; nothing escapes as
+a bare 500 page. Parameters are checked against the limits the OpenAPI document states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.exposition import choose_encoder
+
+from ares.agents.registry import AgentRegistry
+from ares.config import Settings
+from ares.errors import AresError, TransientError
+from ares.events.model import EventFilter
+from ares.replay_reader import fallback, openapi
+from ares.replay_reader.audit_run import AuditScope, run_audit
+from ares.replay_reader.kafka_source import KafkaStreamReader
+from ares.replay_reader.live import Listener, LiveFeed
+from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
+from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
+from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
+from ares.runtime_manager.lifecycle import Status
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+REQUESTS = Counter("ares_replay_http_requests_total", "HTTP requests", ["route", "status"])
+_ID_RE = re.compile(openapi.ID_PATTERN)
+_TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+_STATUSES = {s.value for s in Status}
+_KEEPALIVE_S = 15.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def problem(status: int, detail: str, instance: str) -> web.Response:
+    body = {"type": "about:blank", "title": _title(status), "status": status,
+            "detail": detail, "instance": instance}
+    return web.Response(status=status, text=json.dumps(body),
+                        content_type="application/problem+json")
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=lambda v: v.isoformat() if isinstance(v, datetime)
+                      else str(v))
+
+
+def _ok(body: Any, source: str | None = None) -> web.Response:
+    headers = {} if source is None else {"X-Ares-Source": source}
+    return web.Response(text=_dumps(body), content_type="application/json", headers=headers)
+
+
+# -- parameters --------------------------------------------------------------------------
+
+
+def _id(value: str | None, name: str) -> str:
+    if value is None or not value or len(value) > openapi.ID_MAX or not _ID_RE.match(value):
+        raise ApiError(400, f"{name} must be 1-{openapi.ID_MAX} characters without control "
+                            "characters or '/'")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, f"{name} is not valid Unicode text") from None
+    return value
+
+
+def _text(request: web.Request, name: str) -> str | None:
+    value = request.query.get(name)
+    if value is None:
+        return None
+    if len(value) > openapi.ID_MAX or not _TEXT_RE.match(value):
+        raise ApiError(400, f"{name} must be at most {openapi.ID_MAX} characters without "
+                            "control characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, f"{name} is not valid Unicode text") from None
+    return value
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    value = _opt_int(request, name, low, high)
+    return default if value is None else value
+
+
+def _opt_int(request: web.Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    if not re.fullmatch(r"-?[0-9]{1,20}", raw):
+        raise ApiError(400, f"{name} must be an integer, got {raw[:40]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise ApiError(400, f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _time(request: web.Request, name: str) -> datetime | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw.replace("z", "Z"))
+    except ValueError:
+        raise ApiError(400, f"{name} must be an RFC 3339 time, got {raw[:40]!r}") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+# -- the application ---------------------------------------------------------------------
+
+
+class ReplayApi:
+    def __init__(self, settings: Settings, reader: KafkaStreamReader,
+                 store: ProjectionStore | None, feed: LiveFeed, registry: AgentRegistry, *,
+                 snapshots_topic: str | None, ready: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.reader = reader
+        self.store = store
+        self.feed = feed
+        self.registry = registry
+        self.snapshots_topic = snapshots_topic
+        self.ready = ready
+        self.draining = False
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._problems])
+        get = app.router.add_get
+        get("/openapi.json", self.openapi)
+        get("/agents", self.list_agents)
+        get("/agents/{agent_id}", self.get_agent)
+        get("/agents/{agent_id}/genealogy", self.get_genealogy)
+        get("/streams/{stream_id}/events", self.stream_events)
+        get("/streams/{stream_id}/state", self.stream_state)
+        get("/audit/{stream_id}", self.audit)
+        get("/alerts", self.list_alerts)
+        get("/events/stream", self.live)
+        get("/healthz", self.healthz)
+        get("/readyz", self.readyz)
+        get("/metrics", self.metrics)
+        return app
+
+    @web.middleware
+    async def _problems(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = problem(exc.status, exc.reason, request.path)
+        except ApiError as exc:
+            response = problem(exc.status, exc.detail, request.path)
+        except NoSuchStreamError as exc:
+            response = problem(404, str(exc), request.path)
+        except TransientError as exc:
+            response = problem(503, str(exc), request.path)
+        except AresError as exc:
+            response = problem(500, str(exc), request.path)
+        except Exception as exc:
+            log.exception("%s %s failed", request.method, request.path)
+            response = problem(500, f"internal error: {type(exc).__name__}", request.path)
+        REQUESTS.labels(name, str(response.status)).inc()
+        return response
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return _ok(openapi.document())
+
+    # -- agents ----------------------------------------------------------------------------
+
+    async def list_agents(self, request: web.Request) -> web.Response:
+        limit = _int(request, "limit", 50, 1, openapi.MAX_PAGE)
+        after = request.query.get("after")
+        after = None if after is None else _id(after, "after")
+        status = request.query.get("status")
+        if status is not None and status not in _STATUSES:
+            raise ApiError(400, f"status must be one of {sorted(_STATUSES)}")
+        kind = _text(request, "kind")
+        try:
+            if self.store is None:
+                raise ProjectionUnavailableError("no projection store")
+            rows = [agent_json(r) for r in await self.store.list_agents(limit + 1, after,
+                                                                          status, kind)]
+            source = "projection"
+        except ProjectionUnavailableError:
+            every = await fallback.agents_from_log(self.reader)
+            rows = [a.to_json() for _, a in sorted(every.items())
+                    if (after is None or a.agent_id > after)
+                    and (status is None or a.lifecycle.status.value == status)
+                    and (kind is None or a.lifecycle.kind == kind)][:limit + 1]
+            source = "log"
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return _ok({"items": rows, "next": rows[-1]["agent_id"] if more else None,
+                    "source": source}, source)
+
+    async def get_agent(self, request: web.Request) -> web.Response:
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        row, source = await self._agent(agent_id)
+        if row is None:
+            raise ApiError(404, f"no agent {agent_id!r}")
+        return _ok(row, source)
+
+    async def _agent(self, agent_id: str) -> tuple[dict[str, Any] | None, str]:
+        try:
+            if self.store is None:
+                raise ProjectionUnavailableError("no projection store")
+            stored = await self.store.agent(agent_id)
+            if stored is not None:
+                return agent_json(stored), "projection"
+            # Not projected (yet): the log decides, so a new agent is never a 404.
+            found: AgentRow | None = await fallback.agent_from_log(self.reader, agent_id)
+            return (None if found is None else found.to_json()), "log"
+        except ProjectionUnavailableError:
+            found = await fallback.agent_from_log(self.reader, agent_id)
+            return (None if found is None else found.to_json()), "log"
+
+    async def get_genealogy(self, request: web.Request) -> web.Response:
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        agent, source = await self._agent(agent_id)
+        if agent is None:
+            raise ApiError(404, f"no agent {agent_id!r}")
+        incarnations: list[dict[str, Any]] | None = None
+        if source == "projection" and self.store is not None:
+            try:
+                incarnations = [genealogy_json(r) for r in await self.store.genealogy(agent_id)]
+            except ProjectionUnavailableError:
+                incarnations = None
+        if incarnations is None:
+            source = "log"
+            found = await fallback.genealogy_from_log(self.reader, agent_id) or []
+            incarnations = [i.to_json() for i in found]
+        if incarnations and incarnations[-1]["end"] is None:
+            # A running incarnation lasts up to the stream's head (lifecycle events only
+            # are stored, so the projection's last_version stops at the last of them).
+            incarnations[-1]["last_version"] = max(incarnations[-1]["last_version"],
+                                                   agent["version"])
+        return _ok({"agent_id": agent_id, "incarnations": incarnations, "source": source},
+                   source)
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def stream_events(self, request: web.Request) -> web.Response:
+        stream_id = _id(request.match_info["stream_id"], "stream_id")
+        start = _int(request, "from", 1, 1, openapi.MAX_VERSION)
+        limit = _int(request, "limit", 100, 1, openapi.MAX_EVENTS_PAGE)
+        events = await self.reader.read(stream_id, start, limit + 1)
+        if not events and start == 1:
+            raise ApiError(404, f"stream {stream_id!r} has no events")
+        more = len(events) > limit
+        events = events[:limit]
+        source = "log" if self.reader.degraded else "projection"
+        return _ok({"stream_id": stream_id, "items": [e.to_json() for e in events],
+                    "next_from": events[-1].version + 1 if more else None, "source": source})
+
+    async def stream_state(self, request: web.Request) -> web.Response:
+        stream_id = _id(request.match_info["stream_id"], "stream_id")
+        version = _opt_int(request, "version", 0, openapi.MAX_VERSION)
+        at = _time(request, "at")
+        if version is not None and at is not None:
+            raise ApiError(400, "give version or at, not both")
+        session = await ReplaySession.open(self.reader, stream_id, registry=self.registry)
+        if at is not None:
+            version = await self.reader.version_at(stream_id, at)
+        step = await session.to_version(openapi.MAX_VERSION if version is None else version)
+        body: dict[str, Any] = {
+            "stream_id": stream_id, "step": session.position, "version": session.state.version,
+            "head_version": session.head, "event": None if step is None else step.event.to_json(),
+            "state": session.state.to_json(), "integrity": failure_json(session.failure)}
+        return _ok(body)
+
+    async def audit(self, request: web.Request) -> web.Response:
+        stream_id = _id(request.match_info["stream_id"], "stream_id")
+        scope = AuditScope(self.reader.topic, self.snapshots_topic, [stream_id],
+                           index=self.store)
+        report = await run_audit(self.settings, scope)
+        if report.unknown:
+            raise ApiError(404, f"stream {stream_id!r}: no event, snapshot or index entry")
+        body = report.streams[0].to_json()
+        body["notes"] = scope.notes
+        return _ok(body)
+
+    async def list_alerts(self, request: web.Request) -> web.Response:
+        stream = request.query.get("stream")
+        stream = None if stream is None else _id(stream, "stream")
+        limit = _int(request, "limit", 50, 1, openapi.MAX_PAGE)
+        before = _cursor(request.query.get("before"))
+        if self.store is None:
+            raise ApiError(503, "alerts are read from the projections only")
+        try:
+            rows = await self.store.alerts(limit + 1, stream, before)
+        except ProjectionUnavailableError as exc:
+            raise ApiError(503, f"alerts are read from the projections only: {exc}") from exc
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [{"alert_id": r["alert_id"], "stream_id": r["stream_id"], "kind": r["kind"],
+                  "severity": r["severity"], "message": r["message"], "source": r["source"],
+                  "timestamp": r["ts"].isoformat(), "details": json.loads(r["details"])}
+                 for r in rows]
+        last = rows[-1] if rows else None
+        return _ok({"items": items, "next": f"{last['ts'].isoformat()}|{last['alert_id']}"
+                    if more and last is not None else None})
+
+    # -- live ------------------------------------------------------------------------------
+
+    async def live(self, request: web.Request) -> web.StreamResponse:
+        stream = request.query.get("stream")
+        event_filter = EventFilter(stream_id=None if stream is None else _id(stream, "stream"),
+                                   type_prefix=_text(request, "type"),
+                                   module=_text(request, "module"))
+        listener = await self.feed.subscribe(event_filter)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        try:
+            await response.prepare(request)
+            await response.write(b": subscribed\n\n")
+            await _pump(response, listener)
+        finally:
+            self.feed.unsubscribe(listener)
+        return response
+
+    # -- probes ----------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.draining:
+            return web.json_response({"status": "draining"}, status=503)
+        ok = self.ready()
+        return web.json_response({"status": "ready" if ok else "not ready"},
+                                 status=200 if ok else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encoder(REGISTRY), headers={"Content-Type": content_type})
+
+
+async def _pump(response: web.StreamResponse, listener: Listener) -> None:
+    while True:
+        try:
+            live = await asyncio.wait_for(listener.next(), _KEEPALIVE_S)
+        except TimeoutError:
+            await response.write(b": keepalive\n\n")
+            continue
+        if live is None:
+            reason = json.dumps({"reason": listener.dropped})
+            await response.write(f"event: ares.closed\ndata: {reason}\n\n".encode())
+            return
+        data = _dumps(live.event.to_json())
+        await response.write(f"id: {live.id}\nevent: ares.event\ndata: {data}\n\n".encode())
+
+
+def _cursor(raw: str | None) -> tuple[datetime, str] | None:
+    if raw is None:
+        return None
+    when, sep, alert_id = raw.partition("|")
+    try:
+        parsed = datetime.fromisoformat(when)
+    except ValueError:
+        parsed = None
+    if not sep or parsed is None or parsed.tzinfo is None or not alert_id \
+            or not _TEXT_RE.match(alert_id):
+        raise ApiError(400, "before must be the `next` of a previous page")
+    return parsed, alert_id

@@ -1,0 +1,133 @@
+"""``ares run replay-reader``: the projector, the HTTP API and the live feed, one process.
+
+One port serves the API, ``/openapi.json`` and the probes (``/healthz``, ``/readyz``,
+``/metrics``): the HTTP server is the API itself, so the service is run with
+``serve(service)`` and no separate probe server. Ready once the API listens: reads do not
+wait for the projector (they fall back to the log), so a replica whose projector stands by
+(another leads the schema) or waits for PostgreSQL still serves.
+
+The projector runs as an owned background task; if it fails for a reason it does not retry
+(a bug), the service ends with that error and the orchestrator restarts the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from ares.agents.registry import build_registry
+from ares.config import Settings
+from ares.replay_reader.http_api import ReplayApi
+from ares.replay_reader.kafka_source import KafkaStreamReader
+from ares.replay_reader.live import LiveFeed
+from ares.replay_reader.pg_store import ProjectionStore
+from ares.replay_reader.projector import Projector
+from ares.replay_reader.wiring import Topics, projection_store
+
+log = logging.getLogger(__name__)
+
+
+class ReplayReaderService:
+    name = "replay-reader"
+
+    def __init__(self, settings: Settings, *, http_port: int, schema: str | None = None,
+                 project: bool = True, agents: Sequence[str] = (), host: str = "0.0.0.0",
+                 read_concurrency: int = 4) -> None:
+        self.settings = settings
+        self.http_port = http_port
+        self.host = host
+        self.schema = schema
+        self.project = project
+        self.registry = build_registry(agents)
+        self.read_concurrency = read_concurrency
+        self.projector: Projector | None = None
+        self.api: ReplayApi | None = None
+        self.port: int | None = None
+        self._store: ProjectionStore | None = None
+        self._projector_store: ProjectionStore | None = None
+        self._reader: KafkaStreamReader | None = None
+        self._feed: LiveFeed | None = None
+        self._runner: web.AppRunner | None = None
+        self._projector_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self._runner is not None and self.api is not None and not self.api.draining
+
+    async def start(self) -> None:
+        topics = Topics.of(self.settings)
+        self._store = projection_store(self.settings, topics, self.schema)
+        self._reader = await KafkaStreamReader.open(self.settings, topics.events, self._store,
+                                                    self.read_concurrency)
+        self._feed = LiveFeed(self.settings, topics.events)
+        if self.project:
+            self._projector_store = projection_store(self.settings, topics, self.schema,
+                                                     max_connections=2)
+            self.projector = Projector(self.settings, self._projector_store, topics.events,
+                                       topics.alerts)
+            self._projector_task = asyncio.create_task(self.projector.run(),
+                                                       name="replay-projector")
+            self._projector_task.add_done_callback(self._projector_ended)
+        self.api = ReplayApi(self.settings, self._reader, self._store, self._feed,
+                             self.registry, snapshots_topic=topics.snapshots,
+                             ready=lambda: self._runner is not None)
+        runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False,
+                               shutdown_timeout=5.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.http_port)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = _bound_port(runner, self.http_port)
+        log.info("replay reader: API, /openapi.json and probes on %s:%d; projections in "
+                 "schema %r%s", self.host, self.port, self._store.schema,
+                 "" if self.project else " (not projecting)")
+
+    def _projector_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the projector failed: %r", task.exception())
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+        task = self._projector_task
+        if task is not None and task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                raise exc
+
+    async def stop(self) -> None:
+        if self.api is not None:
+            self.api.draining = True
+        if self._feed is not None:
+            await self._feed.close()  # ends the SSE responses, so the server can stop
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        task, self._projector_task = self._projector_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+        for store in (self._store, self._projector_store):
+            if store is not None:
+                await store.close()
+        self._stopped.set()
+
+
+def _bound_port(runner: web.AppRunner, requested: int) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return requested
