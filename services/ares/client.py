@@ -11,13 +11,21 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Sequence
 from types import TracebackType
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from ares.commands.model import Command, Reply, ReplyStatus, append_command, decode_reply
+from ares.commands.model import (
+    DEADLINE,
+    Command,
+    Reply,
+    ReplyStatus,
+    append_command,
+    decode_reply,
+)
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
 from ares.events.kafka_errors import translate
@@ -105,10 +113,14 @@ class Client:
         if self._producer is None:
             raise AresError("the client is not started (use `async with Client(...)`)")
         timeout = timeout_s if timeout_s is not None else self.settings.request_timeout_s
+        # The owner drops a command whose caller has given up (exit 4 means "not done"):
+        # without a deadline, a command sent while no owner runs would run much later.
+        deadline_ms = int((time.time() + timeout) * 1000)
         command = Command(type=command.type, stream_id=command.stream_id,
                           payload=command.payload, issuer=command.issuer or self.issuer,
                           id=command.id, timestamp=command.timestamp,
-                          reply_to=str(self._reply_partition), metadata=command.metadata)
+                          reply_to=str(self._reply_partition),
+                          metadata={**command.metadata, DEADLINE: str(deadline_ms)})
         waiter = self.expect_reply(command.id)
         try:
             await self._producer.send_and_wait(self.plan.name(COMMANDS), command.encode(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -14,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from ares.client import Client
-from ares.commands.model import append_command
+from ares.commands.model import DEADLINE, append_command
 from ares.config import Settings
 from ares.errors import ConflictError, UnavailableError
 from ares.events.chain import verify_chain
@@ -167,3 +168,24 @@ def _command_with_type(stream: str, command_type: str) -> bytes:
         "reply_to": None, "metadata": {},
     })
     return b"\xc3\x01" + schema.fingerprint + buffer.getvalue()
+
+
+async def test_a_command_whose_sender_gave_up_is_not_run(
+    client: Client, owner_settings: Settings, plan: TopicPlan
+) -> None:
+    """Exit 4 means "not done": a command found after its deadline is refused, not run."""
+    stream = f"agent-{uuid.uuid4().hex[:8]}"
+    stale = replace(append_command(stream, [note(1)], 0, issuer="test"),
+                    reply_to=str(client.reply_partition),
+                    metadata={DEADLINE: str(int(time.time() * 1000) - 1)})
+    waiter = client.expect_reply(stale.id)
+    producer = AIOKafkaProducer(bootstrap_servers=owner_settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(plan.name(COMMANDS), stale.encode(), key=stream.encode())
+    finally:
+        await producer.stop()
+    reply = await asyncio.wait_for(waiter, 30)
+    assert reply.status == "rejected"
+    assert "expired" in reply.message
+    assert await client.append(stream, [note(2)], expected_version=0) == 1  # nothing ran

@@ -1,6 +1,7 @@
 """Commands in, replies out: how external systems ask an owner to act on a stream."""
 
 from ares.commands.model import (
+    DEADLINE,
     Command,
     InvalidCommandError,
     Reply,
@@ -10,6 +11,7 @@ from ares.commands.model import (
 )
 
 __all__ = [
+    "DEADLINE",
     "Command",
     "InvalidCommandError",
     "Reply",

@@ -14,6 +14,9 @@ from ares.events.codec import decode, default_codec, encode
 from ares.events.model import NewEvent, new_event_id, utc_now
 from ares.events.schemas import COMMAND, COMMAND_PAYLOADS, REPLY, CodecError
 
+# Command metadata: epoch milliseconds after which the sender no longer waits for it.
+DEADLINE = "ares.deadline_ms"
+
 
 class InvalidCommandError(CodecError):
     """A well-formed command the owner cannot accept (unknown kind, bad config or input):
@@ -59,6 +62,14 @@ class Command:
                    payload=record["payload"], issuer=record["issuer"], id=record["id"],
                    timestamp=record["timestamp"], reply_to=record.get("reply_to"),
                    metadata=record.get("metadata") or {})
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether its sender's deadline has passed (the sender reported it as not done)."""
+        raw = self.metadata.get(DEADLINE)
+        try:
+            return raw is not None and now_ms > int(raw)
+        except ValueError:
+            return False
 
     def events(self) -> list[NewEvent]:
         """The proposed events of an ``events.append`` command."""

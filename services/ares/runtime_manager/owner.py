@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -303,7 +304,15 @@ class PartitionOwner:
             await tx.send(self.commands_topic, value, key=record.key, partition=home,
                           headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
             return
-        reply = await self._dispatch(tx, tp, record, command)
+        if command.expired(int(time.time() * 1000)):
+            # Its sender gave up and said so (exit 4): running it now would surprise them.
+            log.info("dropping expired command %s (%s for %s)", command.id, command.type,
+                     command.stream_id)
+            reply = Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
+                          message="expired: the sender's deadline passed before an owner "
+                                  "took the command")
+        else:
+            reply = await self._dispatch(tx, tp, record, command)
         if command.reply_to is not None:
             await self._reply(tx, command, reply)
 
