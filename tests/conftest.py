@@ -21,11 +21,12 @@ from ares.devenv import kafka as dev_kafka
 from ares.devenv import postgres as dev_postgres
 from ares.devenv.process import tail
 from ares.errors import InfrastructureError
+from ares.logs import quiet_aiokafka
 
 
 def _reachable_kafka(bootstrap: str) -> bool:
     try:
-        with dev_kafka.quiet_kafka_logs():
+        with quiet_aiokafka():
             asyncio.run(dev_kafka.probe(bootstrap))
     except Exception:
         return False

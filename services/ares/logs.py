@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 
@@ -30,3 +32,16 @@ def configure(level: str = "info", json_lines: bool = True) -> None:
     root.setLevel(level.upper())
     # aiokafka narrates every reconnect at INFO/ERROR; keep its warnings only.
     logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
+
+
+@contextlib.contextmanager
+def quiet_aiokafka() -> Iterator[None]:
+    """aiokafka logs every refused connection at ERROR: where our own error says it once
+    (a readiness poll, an unreachable broker), its retries are only noise."""
+    logger = logging.getLogger("aiokafka")
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)

@@ -29,6 +29,7 @@ import pytest
 from ares.devenv import kafka as dev_kafka
 from ares.devenv import postgres as dev_postgres
 from ares.devenv.process import pid_alive, tail
+from ares.logs import quiet_aiokafka
 
 # The first `dev up` of a fresh home runs initdb and formats Kafka storage; jars come from
 # the cache (ARES_CACHE_DIR) that the default environment already filled.
@@ -206,7 +207,7 @@ def test_dev_up_status_down_on_an_isolated_environment(isolated_env: IsolatedEnv
         assert f"export ARES_POSTGRES_DSN={env.dsn}" in up
 
         # Ready means answering real requests, on the addresses printed.
-        with dev_kafka.quiet_kafka_logs():
+        with quiet_aiokafka():
             assert asyncio.run(dev_kafka.probe(env.bootstrap)) == 1
         assert asyncio.run(dev_postgres.probe(env.dsn)).startswith("15")
         for port in (env.kafka_port, env.controller_port, env.postgres_port):

@@ -14,13 +14,11 @@ unreachable, topics missing or no owner answered (start one: ares run runtime-ma
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -39,6 +37,7 @@ from ares.errors import ConflictError, UnavailableError
 from ares.events.kafka_errors import translate
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event
+from ares.logs import quiet_aiokafka
 from ares.runtime_manager.genealogy import Incarnation, genealogy, genealogy_json
 from ares.runtime_manager.lifecycle import AGENT_STARTED
 from ares.topics import EVENTS, load_topics
@@ -193,7 +192,7 @@ def resolve(ctx: click.Context, agent_id: str, call_id: str, as_: str,
         raise click.BadParameter("a result only goes with --as done", param_hint="--result")
     result = None if result_json is None else _json_value(result_json, "--result")
     settings = settings_of(ctx)
-    with _quiet_aiokafka():
+    with quiet_aiokafka():
         version = run_async(_resolve(settings, agent_id, call_id, as_, result, note, timeout))
     click.echo(f"{agent_id}: call {call_id} resolved as {as_} (version {version})")
 
@@ -244,7 +243,7 @@ def _send(ctx: click.Context, call: Callable[[Client], Awaitable[Reply]],
         async with Client(settings, issuer=ISSUER) as client:
             return await call(client)
 
-    with _quiet_aiokafka():
+    with quiet_aiokafka():
         return run_async(go())
 
 
@@ -288,7 +287,7 @@ def status(ctx: click.Context, agent_id: str | None, as_json: bool) -> None:
     An unknown ID exits 1; no agents at all prints nothing on stdout (exit 0).
     """
     settings = settings_of(ctx)
-    with _quiet_aiokafka():
+    with quiet_aiokafka():
         views = run_async(_views(settings, agent_id))
     if agent_id is not None:
         [view] = views
@@ -344,7 +343,7 @@ def genealogy_command(ctx: click.Context, agent_id: str, as_json: bool) -> None:
             raise NoSuchAgentError(agent_id)
         return genealogy(events)
 
-    with _quiet_aiokafka():
+    with quiet_aiokafka():
         incarnations = run_async(go())
     if as_json:
         click.echo(_json_line(genealogy_json(agent_id, incarnations)))
@@ -377,18 +376,6 @@ async def _read(store: KafkaEventStore, agent_id: str) -> list[Event]:
         return await store.read(agent_id)
     except KafkaError as exc:
         raise translate(exc, f"reading stream {agent_id!r} from {store.topic}") from exc
-
-
-@contextlib.contextmanager
-def _quiet_aiokafka() -> Iterator[None]:
-    """aiokafka logs each refused connection at ERROR: our one message says it instead."""
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)
 
 
 # -- rendering --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ares.demo.runner import DemoOptions, DemoRun, run_demo
 from ares.demo.view import render
 from ares.devenv import DevEnvironment
 from ares.devenv import kafka as dev_kafka
+from ares.logs import quiet_aiokafka
 
 err = Console(stderr=True)
 
@@ -83,7 +84,7 @@ def _ensure_broker(settings: Settings) -> Settings:
     if "ARES_KAFKA_BOOTSTRAP" in os.environ:
         return settings
     try:
-        with dev_kafka.quiet_kafka_logs():
+        with quiet_aiokafka():
             asyncio.run(dev_kafka.probe(settings.kafka_bootstrap))
         return settings
     except Exception:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import sys
@@ -32,6 +31,7 @@ from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Direction, Event, EventFilter
+from ares.logs import quiet_aiokafka
 from ares.topics import DLQ, EVENTS, TopicPlan, load_topics
 
 T = TypeVar("T")
@@ -332,7 +332,7 @@ async def _bounded(operation: Awaitable[T], settings: Settings, what: str,
     aiokafka logs each refused connection at ERROR: our one message says it instead.
     """
     try:
-        with _quiet_aiokafka():
+        with quiet_aiokafka():
             return await asyncio.wait_for(operation, settings.request_timeout_s + extra_s)
     except (KafkaError, TimeoutError) as exc:
         if consumer is not None:
@@ -344,17 +344,6 @@ async def _bounded(operation: Awaitable[T], settings: Settings, what: str,
             f"{what}: Kafka at {settings.kafka_bootstrap} did not answer "
             f"({type(exc).__name__}: {exc or 'timed out'}); run `ares dev up` for a local "
             "broker or set ARES_KAFKA_BOOTSTRAP") from exc
-
-
-@contextlib.contextmanager
-def _quiet_aiokafka() -> Iterator[None]:
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)
 
 
 def _event_text(event: Event, as_json: bool, *, with_stream: bool = False) -> str:

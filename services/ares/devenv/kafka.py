@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import logging
 import os
 import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 from ares.devenv import process
 from ares.devenv.paths import cache_dir
 from ares.errors import InfrastructureError
+from ares.logs import quiet_aiokafka
 
 # The newest Kafka on which every broker feature ares relies on passes with aiokafka
 # (transactions, fencing, read_committed, static membership): see docs/development.md.
@@ -224,7 +222,7 @@ def wait_ready(layout: KafkaLayout, pid: int, timeout_s: float) -> None:
                 f"{process.tail(layout.log_file)}{process.tail(layout.root / 'broker.out', 10)}"
             )
         try:
-            with quiet_kafka_logs():
+            with quiet_aiokafka():
                 asyncio.run(probe(layout.bootstrap))
             return
         except Exception as exc:  # any failure means "not ready yet"; we retry until deadline
@@ -249,18 +247,6 @@ async def probe(bootstrap: str, timeout_s: float = 5.0) -> int:
         return len(cluster["brokers"])
     finally:
         await admin.close()
-
-
-@contextlib.contextmanager
-def quiet_kafka_logs() -> Iterator[None]:
-    """aiokafka logs every refused connection at ERROR; while polling, that is expected."""
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)
 
 
 def stop(layout: KafkaLayout, grace_s: float = 30.0) -> bool:

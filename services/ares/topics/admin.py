@@ -9,9 +9,7 @@ reason.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
@@ -28,6 +26,7 @@ from aiokafka.errors import (
 
 from ares.config import Settings
 from ares.errors import AresError, ConfigError, TransientError, UnavailableError
+from ares.logs import quiet_aiokafka
 from ares.topics.diff import TopicState
 from ares.topics.spec import TopicSpec
 
@@ -50,7 +49,7 @@ class TopicAdmin:
         )
 
     async def __aenter__(self) -> TopicAdmin:
-        with _quiet_aiokafka():
+        with quiet_aiokafka():
             await self._call("connect", self._client.start())
         return self
 
@@ -170,15 +169,3 @@ def _raise_errors(operation: str, results: Sequence[tuple[str, int, Any]]) -> No
     if all(cls.retriable for _, cls, _ in failures):
         raise TransientError(f"{text} (retry)")
     raise AresError(text)
-
-
-@contextmanager
-def _quiet_aiokafka() -> Iterator[None]:
-    """aiokafka logs each refused connection at ERROR; our UnavailableError says it once."""
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)
