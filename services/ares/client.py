@@ -65,6 +65,7 @@ class Client:
         timeout = self.settings.request_timeout_s
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
+            **self.settings.kafka_options(),
             acks="all", linger_ms=1, request_timeout_ms=int(timeout * 1000),
             max_request_size=max(self.settings.max_record_bytes * 2, 1_048_576),
         )

@@ -33,6 +33,14 @@ class Settings:
     request_timeout_s: float = 10.0
     # /healthz /readyz /metrics of `ares run <service>`; 0 turns them off.
     http_port: int = 8080
+    # Kafka security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-512, ...).
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = field(default=None, repr=False)  # never printed
+    kafka_ssl_ca_file: str | None = None
+    kafka_ssl_cert_file: str | None = None
+    kafka_ssl_key_file: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -46,6 +54,13 @@ class Settings:
             "max_record_bytes": _int_setting(env, "ARES_MAX_RECORD_BYTES", 1_048_576),
             "request_timeout_s": _float_setting(env, "ARES_REQUEST_TIMEOUT_S", 10.0),
             "http_port": _int_setting(env, "ARES_HTTP_PORT", 8080),
+            "kafka_security_protocol": env.get("ARES_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
+            "kafka_sasl_mechanism": env.get("ARES_KAFKA_SASL_MECHANISM") or None,
+            "kafka_sasl_username": env.get("ARES_KAFKA_SASL_USERNAME") or None,
+            "kafka_sasl_password": _secret(env, "ARES_KAFKA_SASL_PASSWORD"),
+            "kafka_ssl_ca_file": env.get("ARES_KAFKA_SSL_CA_FILE") or None,
+            "kafka_ssl_cert_file": env.get("ARES_KAFKA_SSL_CERT_FILE") or None,
+            "kafka_ssl_key_file": env.get("ARES_KAFKA_SSL_KEY_FILE") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -81,9 +96,45 @@ class Settings:
             raise ConfigError("ARES_MAX_RECORD_BYTES must be at least 1024")
         if self.request_timeout_s <= 0:
             raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
+        self._validate_kafka_security()
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")
+
+    def _validate_kafka_security(self) -> None:
+        protocol = self.kafka_security_protocol.upper()
+        if protocol not in _PROTOCOLS:
+            raise ConfigError(f"ARES_KAFKA_SECURITY_PROTOCOL must be one of {sorted(_PROTOCOLS)} "
+                              f"(got {self.kafka_security_protocol!r})")
+        if protocol.startswith("SASL"):
+            if self.kafka_sasl_mechanism not in _MECHANISMS:
+                raise ConfigError(f"ARES_KAFKA_SASL_MECHANISM must be one of "
+                                  f"{sorted(_MECHANISMS)} with {protocol} "
+                                  f"(got {self.kafka_sasl_mechanism!r})")
+            if not self.kafka_sasl_username or not self.kafka_sasl_password:
+                raise ConfigError(f"{protocol} needs ARES_KAFKA_SASL_USERNAME and "
+                                  "ARES_KAFKA_SASL_PASSWORD (or ARES_KAFKA_SASL_PASSWORD_FILE)")
+        for name, path in (("ARES_KAFKA_SSL_CA_FILE", self.kafka_ssl_ca_file),
+                           ("ARES_KAFKA_SSL_CERT_FILE", self.kafka_ssl_cert_file),
+                           ("ARES_KAFKA_SSL_KEY_FILE", self.kafka_ssl_key_file)):
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name}: no file at {path}")
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Security keyword arguments for every aiokafka client (producer, consumer, admin)."""
+        protocol = self.kafka_security_protocol.upper()
+        options: dict[str, Any] = {"security_protocol": protocol}
+        if protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context(
+                cafile=self.kafka_ssl_ca_file, certfile=self.kafka_ssl_cert_file,
+                keyfile=self.kafka_ssl_key_file)
+        if protocol.startswith("SASL"):
+            options.update(sasl_mechanism=self.kafka_sasl_mechanism,
+                           sasl_plain_username=self.kafka_sasl_username,
+                           sasl_plain_password=self.kafka_sasl_password)
+        return options
 
     def topic(self, name: str) -> str:
         """The environment's name of a logical topic (``ares.events`` → ``<prefix>ares.events``)."""
@@ -92,6 +143,23 @@ class Settings:
     @property
     def redacted_postgres_dsn(self) -> str:
         return _redact_dsn(self.postgres_dsn)
+
+
+_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """``NAME`` or the content of the file ``NAME_FILE`` (Kubernetes secrets as files)."""
+    if value := env.get(name):
+        return value
+    if path := env.get(f"{name}_FILE"):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read().strip() or None
+        except OSError as exc:
+            raise ConfigError(f"{name}_FILE: cannot read {path}: {exc.strerror}") from None
+    return None
 
 
 def _int_setting(env: Mapping[str, str], name: str, default: int) -> int:

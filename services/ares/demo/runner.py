@@ -196,7 +196,8 @@ async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
 async def _until_members(settings: Settings, count: int, timeout_s: float = 120) -> None:
     """Both runtime managers in the group and the group stable: agents start on the
     partitions they will keep (no rebalance moves them mid-demo)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                **settings.kafka_options())
     await admin.start()
     try:
         deadline = time.monotonic() + timeout_s

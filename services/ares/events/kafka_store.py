@@ -189,6 +189,7 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
         transactional_id=transactional_id(topic, partition),
+        **settings.kafka_options(),
         acks="all",
         linger_ms=1,
         max_batch_size=1_048_576,

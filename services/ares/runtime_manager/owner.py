@@ -136,7 +136,8 @@ class PartitionOwner:
 
     async def start(self) -> None:
         self._scanner = await PartitionScanner.open(self.settings)
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap,
+                                          **self.settings.kafka_options())
         await self._admin.start()
         consumer = new_consumer(
             self.settings, group_id=self.group_id, group_instance_id=self._instance_id,

@@ -51,6 +51,7 @@ class RuntimeManager:
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: created here, not in __init__.
         self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
+                                          **self.settings.kafka_options(),
                                           linger_ms=5, acks=1)
         await self._producer.start()
         self.heartbeats = HeartbeatEmitter(

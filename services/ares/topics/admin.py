@@ -46,6 +46,7 @@ class TopicAdmin:
         self._client = AIOKafkaAdminClient(
             bootstrap_servers=settings.kafka_bootstrap, client_id="ares-topics",
             request_timeout_ms=int(settings.request_timeout_s * 1000),
+            **settings.kafka_options(),
         )
 
     async def __aenter__(self) -> TopicAdmin:
