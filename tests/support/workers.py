@@ -1,0 +1,305 @@
+"""Runtime-manager worker processes, the fleet's events and the evidence ledgers, for the
+worker-death and recovery tests.
+
+Workers are real ``ares run runtime-manager`` processes, each with its own ``--instance-id``
+(static membership) and its own log file, so a test can SIGKILL, SIGSTOP and SIGCONT one of
+them and tell from an agent's lifecycle events (``worker`` in ``agent.started`` /
+``agent.resurrected``) which one hosted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+from ares.config import Settings
+from ares.events.codec import decode_event
+from ares.events.model import Event
+from ares.examples import evidence
+from ares.topics import EVENTS, TopicPlan
+from tests.support.kafka import admin_client, drain_records
+from tests.support.processes import ares_env
+
+TEST_AGENTS = "tests.support.agents:REGISTRY"
+HOSTING_EVENTS = ("agent.started", "agent.resurrected")
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    """One ``ares run runtime-manager`` process."""
+
+    instance_id: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def kill(self) -> float:
+        """SIGKILL the process (no goodbye to the group); the epoch time of the kill."""
+        killed_at = time.time()
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        return killed_at
+
+    def pause(self) -> float:
+        paused_at = time.time()
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        return paused_at
+
+    def resume(self) -> float:
+        resumed_at = time.time()
+        os.killpg(self.proc.pid, signal.SIGCONT)
+        return resumed_at
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_worker(env: Mapping[str, str], log_dir: Path, instance_id: str, *,
+                 session_timeout_ms: int, extra_args: Sequence[str] = ()) -> Worker:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{instance_id}-{time.monotonic_ns()}.log"
+    args = ["--instance-id", instance_id, "--session-timeout-ms", str(session_timeout_ms),
+            "--agents", TEST_AGENTS, *extra_args]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ares", "run", "runtime-manager", *args],
+                                env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return Worker(instance_id, proc, log_path)
+
+
+def stop_worker(worker: Worker) -> None:
+    """At the end of a test: whatever state it is in (even stopped), it goes."""
+    if worker.proc.poll() is None:
+        os.killpg(worker.proc.pid, signal.SIGCONT)
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(timeout=30)
+
+
+@contextmanager
+def workers(settings: Settings, partitions: int, log_dir: Path, instance_ids: Sequence[str],
+            *, session_timeout_ms: int, extra_args: Sequence[str] = (),
+            **env: str) -> Iterator[dict[str, Worker]]:
+    """Worker processes by instance id, bound to ``settings``' broker and topics; ``env``
+    adds variables (e.g. ``ARES_EXAMPLE_LEDGER_DIR``). All are killed at the end."""
+    environment = ares_env(settings, partitions, **env)
+    with ExitStack() as stack:
+        started: dict[str, Worker] = {}
+        for instance_id in instance_ids:
+            worker = start_worker(environment, log_dir, instance_id,
+                                  session_timeout_ms=session_timeout_ms, extra_args=extra_args)
+            stack.callback(stop_worker, worker)
+            started[instance_id] = worker
+        yield started
+
+
+# -- the runtime group --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    state: str
+    assignments: tuple[frozenset[int], ...]  # per member: its partitions of the topic
+
+    def stable_with(self, members: int, partitions: int) -> bool:
+        """Stable, ``members`` members, every partition assigned to exactly one of them."""
+        owned = [p for a in self.assignments for p in a]
+        return (self.state == "Stable" and len(self.assignments) == members
+                and all(self.assignments) and sorted(owned) == list(range(partitions)))
+
+
+def runtime_group(settings: Settings) -> str:
+    return f"{settings.topic_prefix}ares-runtime"
+
+
+async def describe_group(settings: Settings, group_id: str, topic: str) -> GroupState:
+    async with admin_client(settings.kafka_bootstrap) as admin:
+        response = await admin.describe_consumer_groups([group_id])
+    group = response[0].to_object()["groups"][0]
+    assignments = []
+    for member in group["members"]:
+        raw = member["member_assignment"]
+        owned: frozenset[int] = frozenset()
+        if raw:
+            decoded = ConsumerProtocolMemberAssignment.decode(raw)
+            owned = frozenset(p for t, ps in decoded.assignment if t == topic for p in ps)
+        assignments.append(owned)
+    return GroupState(group["state"], tuple(assignments))
+
+
+async def wait_group(settings: Settings, plan: TopicPlan, members: int,
+                     timeout_s: float = 60.0) -> GroupState:
+    """Until the runtime group is stable with ``members`` members sharing every partition
+    of ``ares.commands``."""
+    from ares.topics import COMMANDS
+
+    topic, partitions = plan.name(COMMANDS), plan.topic(COMMANDS).partitions
+    deadline = time.monotonic() + timeout_s
+    state = GroupState("unknown", ())
+    while time.monotonic() < deadline:
+        state = await describe_group(settings, runtime_group(settings), topic)
+        if state.stable_with(members, partitions):
+            return state
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"the runtime group did not settle on {members} members in "
+                         f"{timeout_s}s: {state}")
+
+
+# -- the fleet's events -------------------------------------------------------------------
+
+
+async def fleet_events(settings: Settings, plan: TopicPlan, *,
+                       isolation_level: str = "read_committed") -> dict[str, list[Event]]:
+    """Every stream of ``ares.events``, in log order (what a ``read_committed`` reader sees
+    unless told otherwise)."""
+    records = await drain_records(settings.kafka_bootstrap, plan.name(EVENTS),
+                                  partitions=plan.topic(EVENTS).partitions,
+                                  isolation_level=isolation_level)
+    streams: dict[str, list[Event]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        event = decode_event(record.value)
+        streams[event.stream_id].append(event)
+    return dict(streams)
+
+
+async def wait_fleet(settings: Settings, plan: TopicPlan, agents: Sequence[str],
+                     done: Callable[[list[Event]], bool], timeout_s: float,
+                     what: str) -> dict[str, list[Event]]:
+    """Poll until ``done(events)`` holds for every agent of ``agents``."""
+    deadline = time.monotonic() + timeout_s
+    lagging: list[str] = list(agents)
+    while time.monotonic() < deadline:
+        fleet = await fleet_events(settings, plan)
+        lagging = [a for a in agents if not done(fleet.get(a, []))]
+        if not lagging:
+            return fleet
+        await asyncio.sleep(0.3)
+    fleet = await fleet_events(settings, plan)
+    sample = {a: [f"{e.version}:{e.type}" for e in fleet.get(a, [])][-12:]
+              for a in lagging[:3]}
+    raise AssertionError(f"{len(lagging)} of {len(agents)} agents not {what} after "
+                         f"{timeout_s}s, e.g. {sample}")
+
+
+def has(event_type: str, count: int = 1) -> Callable[[list[Event]], bool]:
+    return lambda events: sum(1 for e in events if e.type == event_type) >= count
+
+
+def host_of(events: Sequence[Event]) -> str | None:
+    """The worker of the agent's latest incarnation, from its lifecycle events."""
+    for event in reversed(events):
+        if event.type in HOSTING_EVENTS:
+            worker = event.payload.get("worker")
+            return None if worker is None else str(worker)
+    return None
+
+
+def epoch(ts: datetime) -> float:
+    return ts.timestamp()
+
+
+# -- what ran, from the evidence ledgers --------------------------------------------------
+
+
+@dataclass
+class StepAudit:
+    """Executions of LLM steps (ledger) against the durable ``llm.call`` events."""
+
+    problems: list[str] = field(default_factory=list)
+    executions: int = 0
+    durable: int = 0
+    lost: int = 0  # executions whose result never became durable (the step in flight)
+
+
+def incarnations_of(events: Sequence[Event]) -> list[tuple[int, Event]]:
+    """Each event with the incarnation that was running when it was appended."""
+    current = 0
+    out = []
+    for event in events:
+        if event.type in HOSTING_EVENTS:
+            current = int(event.payload.get("incarnation") or current + 1)
+        out.append((current, event))
+    return out
+
+
+def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
+                agents: Sequence[str]) -> StepAudit:
+    """No LLM step executed again once its ``llm.call`` was durable.
+
+    For every (agent, task, step): exactly one ``llm.call`` event; exactly one ledger line
+    from the incarnation that made it durable; none from a later incarnation (that would
+    be a re-execution of a recorded step). Lines from earlier incarnations are executions
+    lost with their worker before the append committed — at most one per agent and dead
+    incarnation: an agent runs its steps one at a time, each durable before the next.
+    """
+    audit = StepAudit()
+    lines: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    for line in evidence.read_lines(ledger_dir / evidence.LLM_CALLS):
+        lines[(str(line["agent_id"]), str(line["task_id"]), int(line["step"]))].append(
+            int(line["incarnation"]))
+    wanted = set(agents)
+    audit.executions = sum(len(v) for k, v in lines.items() if k[0] in wanted)
+    for agent in agents:
+        durable: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for incarnation, event in incarnations_of(fleet.get(agent, [])):
+            if event.type == "llm.call":
+                step = int(str(event.payload["name"]).removeprefix("step-"))
+                durable[(str(event.payload["task_id"]), step)].append(incarnation)
+        lost: Counter[int] = Counter()
+        for (task, step), incs in durable.items():
+            audit.durable += 1
+            if len(incs) != 1:
+                audit.problems.append(f"{agent} {task} step {step}: {len(incs)} llm.call events")
+                continue
+            made = incs[0]
+            ran = lines.get((agent, task, step), [])
+            if ran.count(made) != 1:
+                audit.problems.append(f"{agent} {task} step {step}: {ran.count(made)} ledger "
+                                      f"lines from incarnation {made}, which recorded it")
+            if later := [i for i in ran if i > made]:
+                audit.problems.append(f"{agent} {task} step {step}: executed again by "
+                                      f"incarnation(s) {later} after incarnation {made} "
+                                      "recorded it")
+            lost.update(i for i in ran if i < made)
+        for incarnation, count in lost.items():
+            audit.lost += count
+            if count > 1:
+                audit.problems.append(f"{agent}: incarnation {incarnation} lost {count} "
+                                      "executed steps (at most the one in flight)")
+        for (a, task, step), _ in lines.items():
+            if a == agent and (task, step) not in durable:
+                audit.problems.append(f"{agent} {task} step {step}: executed, never recorded")
+    return audit
+
+
+def emails_by_task(ledger_dir: Path) -> Counter[tuple[str, str]]:
+    """E-mails really sent, per (agent, task)."""
+    return Counter((str(line["agent_id"]), str(line["task_id"]))
+                   for line in evidence.read_lines(ledger_dir / evidence.SIDE_EFFECTS))
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    return ordered[max(0, -(-int(q * 100) * len(ordered) // 100) - 1)]
+
+
+def summary(samples: Sequence[float]) -> dict[str, Any]:
+    return {"n": len(samples), "p50_s": round(percentile(samples, 0.50), 3),
+            "p99_s": round(percentile(samples, 0.99), 3),
+            "max_s": round(max(samples), 3) if samples else None}
