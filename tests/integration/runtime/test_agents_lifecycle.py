@@ -4,6 +4,8 @@ resurrection with state, voluntary stop, quarantine after the restart budget."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -169,3 +171,35 @@ async def test_kill_and_stop_at_once_on_a_working_agent(client: Client,
                                        lambda es: "agent.stopped" in types_of(es))
         after_stop = types_of(events)[types_of(events).index("agent.stopped") + 1:]
         assert "agent.resurrected" not in after_stop, (agent, types_of(events))
+
+
+async def test_a_chat_answers_after_a_resurrection_with_its_whole_history(
+    client: Client, rt_settings: Settings, plan: TopicPlan
+) -> None:
+    agent = f"chat-{uuid.uuid4().hex[:6]}"
+    await client.start_agent(agent, "example.chat")
+    for n, text in enumerate(("Hi, I am Ada.", "I like Kafka."), start=1):
+        await client.assign_task(agent, f"turn-{n}", {"message": text})
+    await wait_for_events(rt_settings, plan, agent,
+                          lambda es: types_of(es).count("task.completed") == 2)
+    await client.command("agent.kill", agent)
+    await wait_for_events(rt_settings, plan, agent,
+                          lambda es: "agent.resurrected" in types_of(es))
+    await client.assign_task(agent, "turn-3", {"message": "What is my name?"})
+    events = await wait_for_events(rt_settings, plan, agent,
+                                   lambda es: types_of(es).count("task.completed") == 3)
+    outputs = [json.loads(e.payload["output_json"]) for e in events
+               if e.type == "task.completed"]
+    answers = [o["answer"] for o in outputs[:2]]
+    history = [{"user": "Hi, I am Ada.", "assistant": answers[0]},
+               {"user": "I like Kafka.", "assistant": answers[1]}]
+    expected = hashlib.sha256(json.dumps(history, sort_keys=True,
+                                         separators=(",", ":")).encode()).hexdigest()
+    assert outputs[2]["turns"] == 3
+    assert outputs[2]["history_sha256"] == expected  # both earlier turns, verbatim
+    dead = next(e for e in events if e.type == "agent.dead")
+    assert dead.payload["cause"] == "killed"
+    # The prompt of the third answer held the whole conversation.
+    third = [e for e in events if e.type == "llm.call"][2]
+    assert third.payload["prompt_tokens"] > [e for e in events
+                                             if e.type == "llm.call"][1].payload["prompt_tokens"]
