@@ -13,6 +13,7 @@ import sys
 import click
 
 from ares.cli.agents import agents
+from ares.cli.alerts import alerts
 from ares.cli.audit import audit
 from ares.cli.bench import bench
 from ares.cli.common import AppContext, run_cli
@@ -58,6 +59,7 @@ def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | N
 
 
 cli.add_command(agents)
+cli.add_command(alerts)
 cli.add_command(dev)
 cli.add_command(events)
 cli.add_command(schemas)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ares import logs
 from ares.cli.common import run_async, settings_of
+from ares.health_checker.cli import health_checker_options, health_config
+from ares.health_checker.service import HealthChecker
 from ares.replay_reader.service import ReplayReaderService
 from ares.replay_reader.wiring import ENV_SCHEMA
 from ares.runtime_manager.host import HostConfig
@@ -57,6 +61,26 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
                              heartbeat_interval_s=heartbeat_interval,
                              host_config=HostConfig(snapshot_every=snapshot_every))
     ctx.exit(run_async(serve(manager, http_port=settings.http_port or None)))
+
+
+@run.command("health-checker")
+@health_checker_options
+@click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def health_checker(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
+    """Declares hung and silent agents dead, tracks their resurrections, alerts on loops.
+
+    Reads ares.heartbeats and ares.events in the group <prefix>ares-health-checker and
+    rebuilds its state from them on start (nothing to lose when it is killed). Verdicts
+    (agent.declare_dead) and quarantines go to the agents' owners; death_loop, worker_lost
+    and resurrection_late alerts go to ares.alerts (`ares alerts tail`) and, with
+    ARES_ALERT_WEBHOOK_URL, every alert is posted to that webhook as JSON.
+    """
+    logs.configure(log_level)
+    settings = settings_of(ctx)
+    checker = HealthChecker(settings, load_topics(settings), health_config(**flags))
+    ctx.exit(run_async(serve(checker, http_port=settings.http_port or None)))
 
 
 @run.command("replay-reader")

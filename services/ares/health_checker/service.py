@@ -1,0 +1,254 @@
+"""``ares run health-checker``: the service around the pure core.
+
+Three background tasks, owned and awaited on stop: the feed (records into the core), the
+ticker (``HealthState.due`` every ``tick_s``; carries out the actions) and, with
+``ARES_ALERT_WEBHOOK_URL``, the webhook forwarder. Actions run as tasks of their own so
+a slow owner never holds up the detection of the next death.
+
+* verdicts and quarantines are commands (``agent.declare_dead``, ``agent.quarantine``)
+  sent through ``ares.Client`` to the agent's owner, who records the death and lets its
+  resurrection guard decide; the verdict names the incarnation it was reached for in the
+  command metadata (``ares.incarnation``);
+* alerts are Avro ``ares.v1.Alert`` records on ``ares.alerts`` (idempotent producer,
+  acks=all), keyed by agent id (worker id for ``worker_lost``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from ares.client import Client
+from ares.commands.model import Command, ReplyStatus
+from ares.config import Settings
+from ares.errors import AresError
+from ares.health_checker.alerts import alert_record
+from ares.health_checker.config import HealthConfig
+from ares.health_checker.detector import HealthState
+from ares.health_checker.feed import Feed
+from ares.health_checker.metrics import HealthMetrics
+from ares.health_checker.model import (
+    Action,
+    DeclareDead,
+    GroupState,
+    QuarantineAgent,
+    RaiseAlert,
+)
+from ares.health_checker.webhook import WebhookForwarder, WebhookSink
+from ares.topics import ALERTS, TopicPlan
+
+log = logging.getLogger(__name__)
+ISSUER = "health-checker"
+STABLE_GROUP_STATES = frozenset({"Stable", "Empty"})
+GROUP_REFRESH_S = 1.0
+MAX_ACTIONS_IN_FLIGHT = 64
+
+
+class HealthChecker:
+    name = "health-checker"
+
+    def __init__(self, settings: Settings, plan: TopicPlan, config: HealthConfig | None = None,
+                 *, registry: CollectorRegistry = REGISTRY) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.config = config or HealthConfig()
+        self.metrics = HealthMetrics(registry)
+        self.state = HealthState(self.config, self.metrics)
+        self.feed = Feed(settings, plan, self.state, self.config.rebuild_lookback_s)
+        self.runtime_group = f"{settings.topic_prefix}ares-runtime"
+        self.webhook: WebhookForwarder | None = None
+        if self.config.webhook_url is not None:
+            self.webhook = WebhookForwarder(
+                settings, plan.name(ALERTS),
+                WebhookSink(self.config.webhook_url, attempts=self.config.webhook_attempts,
+                            timeout_s=self.config.webhook_timeout_s), self.metrics)
+        self.client = Client(settings, plan, issuer=ISSUER)
+        self._producer: AIOKafkaProducer | None = None
+        self._admin: AIOKafkaAdminClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._actions: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_ACTIONS_IN_FLIGHT)
+        self._group_checked = 0.0
+        self._stopped = asyncio.Event()
+        self.sent: list[Action] = []  # delivered actions, oldest first (tests, debugging)
+
+    @property
+    def ready(self) -> bool:
+        return self.feed.live
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
+            acks="all", linger_ms=5, **self.settings.kafka_options())
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap,
+                                          **self.settings.kafka_options())
+        try:
+            await self._producer.start()
+            await self._admin.start()
+            await self.client.start()
+            await self.feed.start()
+            if self.webhook is not None:
+                await self.webhook.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._spawn(self._consume(), "health-feed")
+        self._spawn(self._tick(), "health-ticker")
+        if self.webhook is not None:
+            self._spawn(self.webhook.run(), "alert-webhook")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._actions:  # in-flight actions: a verdict already sent is not lost
+            await asyncio.wait(self._actions, timeout=self.settings.request_timeout_s)
+            for task in self._actions:
+                task.cancel()
+            await asyncio.gather(*self._actions, return_exceptions=True)
+        if self.webhook is not None:
+            await self.webhook.stop()
+        await self.feed.stop()
+        await self.client.close()
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+        self._stopped.set()
+
+    # -- background tasks ----------------------------------------------------------------
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._on_task_done)
+        self._tasks.append(task)
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed: %r; stopping", task.get_name(), task.exception())
+            self._stopped.set()
+
+    async def _consume(self) -> None:
+        while True:
+            try:
+                await self.feed.poll()
+            except KafkaError as exc:  # the broker went away: aiokafka reconnects
+                log.warning("reading the heartbeats and events failed: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def _tick(self) -> None:
+        last_gauges = 0.0
+        while True:
+            await asyncio.sleep(self.config.tick_s)
+            now = time.time()
+            if self.state.overdue_workers(now) and now - self._group_checked > GROUP_REFRESH_S:
+                await self._describe_group(now)
+            for action in self.state.due(now):
+                await self._slots.acquire()
+                task = asyncio.create_task(self._carry_out(action))
+                self._actions.add(task)
+                task.add_done_callback(self._actions.discard)
+            if now - last_gauges >= 1.0:
+                last_gauges = now
+                live = sum(1 for p in self.feed.assigned if self.state.is_live(p))
+                self.metrics.set_counts(self.state.counts(now), live)
+                self.state.prune(now)
+
+    async def _describe_group(self, now: float) -> None:
+        """Whether the runtime managers' group is rebalancing, and who is in it."""
+        self._group_checked = now
+        assert self._admin is not None
+        try:
+            [response] = await self._admin.describe_consumer_groups([self.runtime_group])
+            [group] = response.to_object()["groups"]
+        except (KafkaError, ValueError, KeyError) as exc:
+            log.warning("cannot describe group %s (%s): judging workers on heartbeats alone",
+                        self.runtime_group, exc)
+            return
+        members = frozenset(str(m["client_id"]) for m in group["members"])
+        self.state.observe_group(GroupState(group["state"] in STABLE_GROUP_STATES, members,
+                                            time.time()))
+
+    # -- actions -------------------------------------------------------------------------
+
+    async def _carry_out(self, action: Action) -> None:
+        ok, reply = False, ""
+        try:
+            if isinstance(action, RaiseAlert):
+                ok = await self._emit(action)
+            else:
+                ok, reply = await self._command(action)
+        except (AresError, KafkaError) as exc:
+            log.warning("%s not done (retried in %gs): %s", action.key,
+                        self.config.retry_s, exc)
+        finally:
+            self._slots.release()
+            self.state.completed(action, ok, time.time(), reply)
+        if ok:
+            self.sent.append(action)
+            self._log_done(action, reply)
+
+    async def _emit(self, alert: RaiseAlert) -> bool:
+        assert self._producer is not None
+        key = (alert.stream_id or alert.details.get("worker", "")).encode()
+        await self._producer.send_and_wait(self.plan.name(ALERTS), alert_record(alert),
+                                           key=key)
+        return True
+
+    async def _command(self, action: DeclareDead | QuarantineAgent) -> tuple[bool, str]:
+        if isinstance(action, DeclareDead):
+            last_seen = (None if action.last_seen is None
+                         else datetime.fromtimestamp(action.last_seen, UTC))
+            command = Command(
+                type="agent.declare_dead", stream_id=action.agent_id, issuer=ISSUER,
+                payload={"cause": action.cause, "detail": action.detail,
+                         "last_seen": last_seen, "worker": action.worker},
+                metadata={"ares.incarnation": str(action.incarnation),
+                          "ares.health.evidence_at": f"{action.evidence_at:.6f}"})
+        else:
+            command = Command(type="agent.quarantine", stream_id=action.agent_id,
+                              issuer=ISSUER, payload={"reason": action.reason,
+                                                      "deaths": action.deaths})
+        reply = await self.client.send(command)
+        if reply.status is not ReplyStatus.OK:
+            log.warning("%s refused by the owner: %s", action.key, reply.message)
+            return False, reply.message
+        return True, reply.message
+
+    def _log_done(self, action: Action, reply: str) -> None:
+        if isinstance(action, DeclareDead):
+            log.warning("agent %s declared dead (%s, incarnation %d): %s; latency %.2fs%s",
+                        action.agent_id, action.cause, action.incarnation, action.detail,
+                        action.decided_at - action.evidence_at,
+                        f"; owner: {reply}" if reply else "")
+        elif isinstance(action, QuarantineAgent):
+            log.warning("agent %s: quarantine requested (%s)", action.agent_id, action.reason)
+        else:
+            log.warning("alert %s %s: %s", action.kind, action.id, action.message)
+
+
+async def wait_ready(checker: HealthChecker, timeout_s: float = 60.0) -> None:
+    """Until every assigned partition is rebuilt (tests and ``ares run``'s readiness)."""
+    deadline = time.monotonic() + timeout_s
+    while not checker.ready:
+        if time.monotonic() > deadline:
+            raise AresError(f"the health checker did not become ready in {timeout_s:g}s")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(checker.wait_stopped(), 0.1)
+        if checker._stopped.is_set():
+            raise AresError("the health checker stopped before it was ready")
