@@ -17,6 +17,7 @@ from ares.cli.alerts import alerts
 from ares.cli.audit import audit
 from ares.cli.bench import bench
 from ares.cli.common import AppContext, run_cli
+from ares.cli.compaction import compaction
 from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
@@ -68,6 +69,7 @@ cli.add_command(run)
 cli.add_command(replay)
 cli.add_command(audit)
 cli.add_command(projections)
+cli.add_command(compaction)
 cli.add_command(demo)
 cli.add_command(bench)
 events.add_command(append)

@@ -8,6 +8,8 @@ import click
 
 from ares import logs
 from ares.cli.common import run_async, settings_of
+from ares.cli.compaction import compaction_config, compaction_options
+from ares.compactor.service import CompactorService
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker
 from ares.replay_reader.service import ReplayReaderService
@@ -81,6 +83,29 @@ def health_checker(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
     settings = settings_of(ctx)
     checker = HealthChecker(settings, load_topics(settings), health_config(**flags))
     ctx.exit(run_async(serve(checker, http_port=settings.http_port or None)))
+
+
+@run.command("compactor")
+@compaction_options
+@click.option("--interval", metavar="DURATION",
+              help="time between passes, e.g. 60s (ARES_COMPACTION_INTERVAL)  [default: 60s]")
+@click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def compactor(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
+    """Summarises long streams into ares.summaries and, with --trim, trims ares.events.
+
+    Every interval: a rule-based summary of each stream with more than --threshold events
+    since its last summary (all but its --keep-recent newest), a snapshot requested from
+    the owner where one is older than the summaries, then DeleteRecords up to each
+    partition's safe point (never past what every stream of the partition has both
+    snapshotted and summarised). Run one compactor per environment: a second one fences
+    the first. `ares compaction status` shows what holds each partition back.
+    """
+    logs.configure(log_level)
+    settings = settings_of(ctx)
+    service = CompactorService(settings, load_topics(settings), compaction_config(**flags))
+    ctx.exit(run_async(serve(service, http_port=settings.http_port or None)))
 
 
 @run.command("replay-reader")
