@@ -28,6 +28,7 @@ from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Direction, Event, StreamHead
 from ares.events.routing import partition_for
+from ares.replay_reader.source import SummaryAnchor
 from ares.topics import EVENTS, SUMMARIES, TopicPlan, load_topics
 
 TRUNCATED = "truncated"
@@ -91,6 +92,23 @@ class SummarisedReader:
             return version
         found = await self.summaries(stream_id)
         return found[-1].to_version if found else 0
+
+
+class SummaryAnchors:
+    """The replay reader's ``SummarySource`` (``ares.replay_reader.source``) over
+    ``ares.summaries``: ``AuditScope(summaries=SummaryAnchors(reader))``."""
+
+    def __init__(self, reader: SummarisedReader) -> None:
+        self._reader = reader
+
+    async def summaries(self, stream_id: str) -> list[SummaryAnchor]:
+        return [anchor_of(s) for s in await self._reader.summaries(stream_id)]
+
+
+def anchor_of(summary: Summary) -> SummaryAnchor:
+    return SummaryAnchor(summary.stream_id, summary.from_version, summary.to_version,
+                         summary.anchor_hash, summary.prev_hash, summary.text,
+                         summary.event_count, summary.outcome)
 
 
 def with_summaries(raw: Sequence[Event], summaries: Iterable[Summary],
@@ -215,5 +233,5 @@ def anchor_matches(summary: Summary, event: Event) -> bool:
     return False
 
 
-__all__ = ["ANCHOR_MISMATCH", "TRUNCATED", "SummarisedReader", "anchor_matches",
-           "verify_summarised", "with_summaries"]
+__all__ = ["ANCHOR_MISMATCH", "TRUNCATED", "SummarisedReader", "SummaryAnchors",
+           "anchor_matches", "anchor_of", "verify_summarised", "with_summaries"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from ares.compactor.reader import anchor_matches, verify_summarised, with_summaries
+from ares.compactor.reader import anchor_matches, anchor_of, verify_summarised, with_summaries
 from ares.compactor.summariser import summarise_events
 from ares.compactor.summary import SYNTHETIC_TYPE, Summary
 from ares.events.chain import ChainError
@@ -85,3 +85,11 @@ def test_anchor_matches_the_event_at_or_after_the_range() -> None:
     assert anchor_matches(S2, EVENTS[40])
     assert not anchor_matches(S2, EVENTS[41])
     assert not anchor_matches(S1, EVENTS[39])
+
+
+def test_the_replay_readers_audit_accepts_summaries_ending_where_the_log_begins() -> None:
+    from ares.replay_reader.source import anchor_for
+
+    anchors = [anchor_of(S1), anchor_of(S2)]
+    assert anchor_for(anchors, EVENTS[40]) == anchors[1]
+    assert anchor_for(anchors[:1], EVENTS[40]) is None  # 21..40 unaccounted for
