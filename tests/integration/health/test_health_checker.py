@@ -134,8 +134,12 @@ async def test_graceful_stops_give_no_verdict(client: Client, checker: HealthChe
     for agent in idle:
         await client.start_agent(agent, "test.counter")
     await asyncio.sleep(2.0)
-    for agent in (*busy, *hung, *idle):
+    for agent in (*hung, *busy[1:], *idle[1:]):
         await client.command("agent.stop", agent, reason="test")
+    env = ares_env(hc_settings, PARTITIONS)
+    for agent in (busy[0], idle[0]):  # as an operator would
+        stopped = await asyncio.to_thread(ares, "agents", "stop", agent, env=env)
+        assert stopped.returncode == 0, stopped.stderr
     watched = 3 * 3 * HEARTBEAT_INTERVAL_S + 4.0  # three silences and the step timeout
     await asyncio.sleep(watched)
     assert verdicts_for(checker, [*busy, *hung, *idle]) == []
