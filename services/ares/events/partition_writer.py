@@ -121,14 +121,18 @@ class PartitionWriter:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task  # a loop that died has said why in the log already
             self._task = None
+        self._fail_queued(AresError("the partition writer stopped"))
+        with contextlib.suppress(KafkaError, AssertionError):  # a fenced producer may refuse
+            await self.producer.stop()
+
+    def _fail_queued(self, error: BaseException) -> None:
         for pending in self._queue:
             if not pending.result.done():
-                pending.result.set_exception(AresError("the partition writer stopped"))
+                pending.result.set_exception(error)
         self._queue.clear()
-        await self.producer.stop()
 
     @property
     def fenced(self) -> bool:
@@ -155,9 +159,22 @@ class PartitionWriter:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
+                if self._fenced is not None:
+                    # A fenced producer can begin no transaction: everything queued behind
+                    # the fenced one fails the same way, now, instead of hanging.
+                    self._fail_queued(self._fenced)
+                    break
                 batch = self._queue[:MAX_ITEMS_PER_TRANSACTION]
                 del self._queue[:MAX_ITEMS_PER_TRANSACTION]
-                await self._commit(batch)
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # a client bug must not hang every append
+                    log.exception("writer of %s/%d: transaction failed unexpectedly",
+                                  self.topic, self.partition)
+                    for pending in batch:
+                        if not pending.result.done():
+                            pending.result.set_exception(
+                                AresError(f"append failed: {type(exc).__name__}: {exc}"))
 
     async def _commit(self, batch: list[_Pending]) -> None:
         tx = Transaction(self)

@@ -124,13 +124,19 @@ class StreamTable:
             self._remember(event)
 
     def observe(self, event: Event, offset: int | None = None) -> None:
-        """Take an event read back from the log (recovery), trusting the log's order."""
+        """Take an event read back from the log (recovery). A head only moves forward, one
+        version at a time: a replayed or forged older version (integrity is the replay's
+        verifier's business) must not make the next append reuse a version."""
         state = self._streams.get(event.stream_id)
-        if state is None:
-            self._streams[event.stream_id] = StreamState(StreamHead(event.version, event.hash),
-                                                         offset)
-        else:
+        if state is None:  # its first event here (its earlier ones may have been trimmed)
+            self._streams[event.stream_id] = StreamState(
+                StreamHead(event.version, event.hash), offset if event.version == 1 else None)
+        elif event.version == state.head.version + 1:
             state.head = StreamHead(event.version, event.hash)
+            if state.first_offset is None and event.version == 1:
+                state.first_offset = offset
+        else:
+            return
         self._remember(event)
 
     def seed(self, stream_id: str, head: StreamHead, first_offset: int | None = None) -> None:

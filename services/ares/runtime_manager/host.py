@@ -181,12 +181,14 @@ class AgentHost:
 
             async def handoff(tx: Transaction, live: list[HostedAgent] = live,
                               partition: int = partition) -> None:
+                # Snapshots first: the hand-off must be each stream's last event, which is
+                # how the next owner tells a graceful hand-off from a death.
+                for hosted in live:
+                    await self._write_snapshot(tx, partition, hosted)
                 for hosted in live:
                     await tx.append(hosted.agent_id, [NewEvent(
                         HANDED_OFF, MODULE, {"worker": self.worker_id, "reason": "shutdown"})],
                         ANY_VERSION)
-                for hosted in live:
-                    await self._write_snapshot(tx, partition, hosted)
                 await self._write_checkpoint(tx, partition)
 
             try:
@@ -419,6 +421,12 @@ class AgentHost:
         hosted.buffer = []
         try:
             replay = await self._replay_agent(state, hosted)
+        except _IntegrityFailure as failure:
+            # The log does not verify: never resume with silently partial state.
+            hosted.lifecycle = lc.clear_resurrecting(hosted.lifecycle)
+            await self._quarantine_hosted(state, hosted, failure.kind, failure.version,
+                                          failure.detail)
+            return None
         finally:
             buffered, hosted.buffer = hosted.buffer, None
         record = replay.record(time.monotonic(), 0.0, verified=True)
@@ -562,10 +570,17 @@ class AgentHost:
                                         kind: str, version: int, detail: str) -> None:
         hosted = replay.hosted
         state.agents[hosted.agent_id] = hosted
+        if replay.quarantined_after_failure:
+            return  # an earlier recovery quarantined it already: one verdict, one alert
+        await self._quarantine_hosted(state, hosted, kind, version, detail)
+
+    async def _quarantine_hosted(self, state: _Partition, hosted: HostedAgent, kind: str,
+                                 version: int, detail: str) -> None:
         message = f"integrity failure at version {version}: {kind}: {detail}"
         log.error("agent %s: %s", hosted.agent_id, message)
         if hosted.lifecycle.status is lc.Status.QUARANTINED:
             return
+        hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
         await self._append(state, hosted, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
             "reason": f"integrity:{kind}", "deaths": 0})], alert=(
             "integrity_failure", message, "critical", {"kind": kind, "version": version}))

@@ -261,6 +261,13 @@ class PartitionOwner:
             self.writers.pop(tp.partition, None)
             await self.host.release_partition(tp.partition)
             await writer.stop()
+            assert self._consumer is not None
+            if tp in self._consumer.assignment() and self._scanner is not None:
+                # Still ours (we were expelled and came back with a stale warm writer):
+                # take it over again, fencing whoever held it meanwhile, and redo the batch.
+                self.writers[tp.partition] = await self.host.open_partition(
+                    tp.partition, self._scanner, await self.live_workers())
+                self._consumer.seek(tp, records[0].offset)
         except AresError as exc:
             # Nothing of the transaction is visible and no offset was committed: redo it.
             log.warning("transaction on partition %d failed (%s); retrying the batch",

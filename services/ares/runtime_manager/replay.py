@@ -61,6 +61,9 @@ class AgentReplay:
     hosted: HostedAgent = field(init=False)
     pending: list[tuple[Event, int]] = field(default_factory=list)
     replayed: int = 0
+    # After a verification failure nothing more is folded, but a quarantine recorded by an
+    # earlier recovery still shows the stream was dealt with.
+    quarantined_after_failure: bool = False
 
     def __post_init__(self) -> None:
         self.verifier = StreamVerifier(self.stream_id, self.snapshot)
@@ -85,6 +88,8 @@ class AgentReplay:
             self.hosted.on_event(event, offset, apply=False)
             self.pending.append((event, offset))
             self.replayed += 1
+        elif event.type == "agent.quarantined":
+            self.quarantined_after_failure = True
 
     def finish(self, head: StreamHead | None) -> VerificationFailure | None:
         return self.verifier.finish(head)

@@ -149,9 +149,6 @@ async def test_a_corrupted_snapshot_falls_back_to_full_replay(ri_settings: Setti
         await manager.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: AgentHost.drain appends snapshot.taken AFTER "
-                   "agent.handed_off, so the next owner does not see the hand-off as the last "
-                   "event and records a death (worker_lost), spending restart budget")
 async def test_a_graceful_restart_resumes_from_the_final_snapshot_without_a_death(
     ri_settings: Settings, plan: TopicPlan
 ) -> None:
@@ -180,9 +177,6 @@ def forged_copy(event: Event, **payload: Any) -> Event:
     return dataclasses.replace(event, payload={**event.payload, **payload})
 
 
-@pytest.mark.xfail(strict=True, reason="bugs: StreamTable.observe moves a head back to a "
-                   "replayed old version (the quarantine duplicates a version); every recovery "
-                   "quarantines and alerts again")
 async def test_a_tampered_event_quarantines_the_agent_with_an_alert(ri_settings: Settings,
                                                                     plan: TopicPlan) -> None:
     rewritten, extended = f"tamp-{uuid.uuid4().hex[:6]}", f"tamp-{uuid.uuid4().hex[:6]}"
@@ -236,8 +230,6 @@ async def test_a_tampered_event_quarantines_the_agent_with_an_alert(ri_settings:
         assert mine[0]["severity"] == "critical"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: AgentHost._resurrect lets _IntegrityFailure escape "
-                   "to _supervise, which logs it: no quarantine, no alert, agent stuck")
 async def test_a_tampered_event_found_by_a_resurrection_quarantines_the_agent(
     ri_settings: Settings, plan: TopicPlan
 ) -> None:

@@ -161,9 +161,6 @@ async def test_sigkilled_worker_agents_resume_on_the_survivor(
           f"(session timeout {SESSION_TIMEOUT_MS} ms); {len(busy)} mid-task at the kill")
 
 
-@pytest.mark.xfail(strict=False, reason="bug (timing): a batch queued behind the zombie's fenced "
-                   "transaction kills PartitionWriter._run; on rejoin on_assigned raises from "
-                   "warm.stop() and the partitions it gets back are never opened")
 async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
     plan: tuple[Settings, TopicPlan], tmp_path: Path
 ) -> None:
@@ -217,9 +214,6 @@ async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
           f"its log; {aborted} aborted records; {lost} executions lost")
 
 
-@pytest.mark.xfail(strict=False, reason="bug: PartitionOwner.on_assigned reuses warm writers of "
-                   "a member expelled from the group (fenced without knowing); the first "
-                   "command fences, _process drops the writer, the partition stays unserved")
 async def test_an_idle_zombie_that_gets_its_partitions_back_serves_them(
     plan: tuple[Settings, TopicPlan], tmp_path: Path
 ) -> None:
@@ -249,9 +243,6 @@ async def test_an_idle_zombie_that_gets_its_partitions_back_serves_them(
     assert_streams_intact(fleet, agents)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: PartitionWriter._run commits a batch queued behind "
-                   "a fenced transaction on the dead producer (AssertionError from aiokafka): "
-                   "the batch never resolves and stop() raises")
 async def test_appends_queued_behind_a_fenced_transaction_fail_and_the_writer_stops(
     kafka_bootstrap: str,
 ) -> None:
