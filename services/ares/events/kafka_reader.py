@@ -31,6 +31,7 @@ def new_consumer(settings: Settings, **overrides: object) -> AIOKafkaConsumer:
         "request_timeout_ms": int(settings.request_timeout_s * 1000),
         "max_partition_fetch_bytes": max(settings.max_record_bytes * 2, 1_048_576),
         "fetch_max_bytes": 52_428_800,
+        **settings.kafka_options(),
     }
     options.update(overrides)
     return AIOKafkaConsumer(**options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -174,17 +174,19 @@ class KafkaEventStore:
 
 
 EventObserver = Callable[[int, Event], None]
+# Called once the previous owner is fenced: (where to start the scan, the seeded heads).
+ScanPlanner = Callable[[], Awaitable[tuple[int | None, StreamTable]]]
 
 
 async def open_writer(settings: Settings, topic: str, partition: int,
-                      scanner: PartitionScanner, *, start_offset: int | None = None,
-                      table: StreamTable | None = None,
+                      scanner: PartitionScanner, *, plan_scan: ScanPlanner | None = None,
                       observer: EventObserver | None = None) -> PartitionWriter:
     """Take over a partition: fence the previous owner, then rebuild stream heads.
 
-    The heads come from ``table`` (seeded from a partition checkpoint) plus a scan from
-    ``start_offset`` (default: the log start); ``observer`` sees every event of the scan
-    (recovery routes them to their agents).
+    ``plan_scan`` runs after the fence (so nothing the old owner could still write is
+    missed) and gives the heads known from a checkpoint and where to start the scan
+    (default: no heads, the log start); ``observer`` sees every event of the scan (recovery
+    routes them to their agents).
     """
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
@@ -201,9 +203,9 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     except KafkaError as exc:
         await producer.stop()
         raise translate(exc, f"taking over {topic}/{partition}") from exc
-    table = table if table is not None else StreamTable()
     tp = TopicPartition(topic, partition)
     try:
+        start_offset, table = (None, StreamTable()) if plan_scan is None else await plan_scan()
         async for offset, event in scanner.scan(tp, start_offset):
             table.observe(event, offset)
             if observer is not None:

@@ -16,7 +16,7 @@ import logging
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -60,6 +60,8 @@ from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 log = logging.getLogger(__name__)
 MODULE = "runtime-manager"
 HANDED_OFF = "agent.handed_off"  # a graceful shutdown handed the agent to the next owner
+# Command metadata of a health verdict: the incarnation it judged.
+INCARNATION_META = "ares.incarnation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,11 @@ class AgentHost:
         return [a for p in self.partitions.values() for a in p.agents.values()]
 
     def beats(self) -> list[AgentBeat]:
+        """Liveness of the agents running here; while draining, every agent as "stopping"
+        so a health checker tells a slow graceful stop from a lost worker."""
+        if self.stopping:
+            return [replace(a.beat, status="stopping") for a in self.agents()
+                    if a.beat is not None and a.lifecycle.is_live]
         return [a.beat for a in self.agents() if a.beat is not None and a.running]
 
     async def open_partition(self, partition: int, scanner: PartitionScanner,
@@ -113,22 +120,19 @@ class AgentHost:
         self._scanner = scanner
         self._live_workers = live_workers
         started = time.monotonic()
-        snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition)
-        checkpoint = snapshots.pop(CHECKPOINT_KEY, None)
-        table = StreamTable()
-        start: int | None = None
-        if checkpoint is not None:
-            for stream_id, (version, digest, first) in checkpoint.state["heads"].items():
-                table.seed(stream_id, StreamHead(int(version), str(digest)),
-                           None if first is None else int(first))
-            start = checkpoint.events_offset
-            for snapshot in snapshots.values():
-                snap_start = replay_start(snapshot)
-                start = snap_start if snap_start is None or start is None else min(start,
-                                                                                   snap_start)
-        loaded = time.monotonic() - started
-        replays = {sid: AgentReplay(sid, partition, snap, started=started, load_s=loaded)
-                   for sid, snap in snapshots.items()}
+        replays: dict[str, AgentReplay] = {}
+        loaded = 0.0
+
+        async def plan_scan() -> tuple[int | None, StreamTable]:
+            """After the fence: the previous owner can no longer write a newer snapshot."""
+            nonlocal loaded
+            snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition)
+            table, start = _seed_from(snapshots.pop(CHECKPOINT_KEY, None), snapshots)
+            loaded = time.monotonic() - started
+            replays.update((sid, AgentReplay(sid, partition, snap, started=started,
+                                             load_s=loaded))
+                           for sid, snap in snapshots.items())
+            return start, table
 
         def observe(offset: int, event: Any) -> None:
             replay = replays.get(event.stream_id)
@@ -138,7 +142,8 @@ class AgentHost:
             replay.feed(offset, event)
 
         writer = await open_writer(self.settings, self.plan.name(EVENTS), partition, scanner,
-                                   start_offset=start, table=table, observer=observe)
+                                   plan_scan=plan_scan, observer=observe)
+        table = writer.table
         replay_done = time.monotonic()
         state = _Partition(writer)
         self.partitions[partition] = state
@@ -255,7 +260,19 @@ class AgentHost:
             return _unknown(command)
         cause = "killed" if command.type == "agent.kill" else str(
             command.payload.get("cause") or "declared_dead")
+        judged = command.metadata.get(INCARNATION_META)
+        if (command.type == "agent.declare_dead" and judged and judged.isdigit()
+                and int(judged) != hosted.lifecycle.incarnation):
+            # A verdict on an incarnation that is gone must not kill its successor.
+            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
+                          f"stale verdict for incarnation {judged}")
         if hosted.incarnation_task is None or hosted.incarnation_task.done():
+            if hosted.lifecycle.status is lc.Status.RUNNING and not hosted.running:
+                # The log says running but nothing runs it here: record the death and let
+                # the guard decide, as for any death.
+                self._detach(self._death_of_unhosted(state, hosted, cause))
+                return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
+                              "not running here: death recorded")
             return _reply(command, ReplyStatus.OK, hosted.lifecycle.version, "not running")
         hosted.kill_cause = cause  # before the cancel: the exit is read as this death
         hosted.incarnation_task.cancel()
@@ -266,6 +283,9 @@ class AgentHost:
         if hosted is None:
             return _unknown(command)
         reason = str(command.payload.get("reason") or "requested")
+        if hosted.lifecycle.status is lc.Status.QUARANTINED:
+            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
+                          "already quarantined")
         hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
         version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
             "reason": reason, "deaths": int(command.payload.get("deaths") or 0)})], ANY_VERSION)
@@ -380,6 +400,16 @@ class AgentHost:
             except AresError as exc:
                 log.error("agent %s: resurrection failed: %s", hosted.agent_id, exc)
                 return
+
+    async def _death_of_unhosted(self, state: _Partition, hosted: HostedAgent,
+                                 cause: str) -> None:
+        try:
+            successor = await self._after_death(state, hosted, cause, None)
+        except AresError as exc:
+            log.error("agent %s: death not handled: %s", hosted.agent_id, exc)
+            return
+        if successor is not None:
+            self._spawn(state, successor)
 
     async def _after_death(self, state: _Partition, hosted: HostedAgent, cause: str,
                            error: BaseException | None) -> HostedAgent | None:
@@ -648,7 +678,10 @@ class AgentHost:
         for stream_id in table.stream_ids():
             stream = table.state(stream_id)
             if stream is not None:
-                heads[stream_id] = [stream.head.version, stream.head.hash, stream.first_offset]
+                hosted = state.agents.get(stream_id)
+                kind = hosted.lifecycle.kind if hosted is not None else None
+                heads[stream_id] = [stream.head.version, stream.head.hash, stream.first_offset,
+                                    kind or None]
         checkpoint = Snapshot(CHECKPOINT_KEY, 0, "", state.writer.committed_end,
                               CHECKPOINT_KIND, {"heads": heads})
         await tx.send(self.plan.name(SNAPSHOTS), checkpoint.encode(),
@@ -689,6 +722,32 @@ class AgentHost:
 
 # (kind, message, severity, details) of an alert that goes with an append.
 _Alert = tuple[str, str, str, dict[str, object]]
+
+
+def _seed_from(checkpoint: Snapshot | None,
+               snapshots: dict[str, Snapshot]) -> tuple[StreamTable, int | None]:
+    """The stream heads a checkpoint knows, and where the recovery scan must start: the
+    checkpoint's offset, lowered to every agent's snapshot journal start and to the first
+    event of every agent without a snapshot (its whole stream must be replayed)."""
+    table = StreamTable()
+    if checkpoint is None:
+        return table, None  # no checkpoint: scan the partition from the log start
+    start = checkpoint.events_offset
+    for stream_id, head in checkpoint.state["heads"].items():
+        version, digest, first = head[0], head[1], head[2]
+        kind = head[3] if len(head) > 3 else None
+        first_offset = None if first is None else int(first)
+        table.seed(stream_id, StreamHead(int(version), str(digest)), first_offset)
+        if kind and stream_id not in snapshots:
+            if first_offset is None:
+                return table, None
+            start = min(start, first_offset)
+    for snapshot in snapshots.values():
+        snap_start = replay_start(snapshot)
+        if snap_start is None:
+            return table, None
+        start = min(start, snap_start)
+    return table, start
 
 
 class _IntegrityFailure(AresError):

@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 FORWARDED_FROM = "ares.forwarded.from"
 
 
+def runtime_group(settings: Settings) -> str:
+    """The consumer group of the runtime managers (partition owners) of an environment."""
+    return f"{settings.topic_prefix}ares-runtime"
+
+
 class PartitionHost(Protocol):
     """What the owner delegates: recovering partitions and the commands that are not plain
     appends (agent lifecycle, tasks...). ``StreamsOnly`` hosts no agents."""
@@ -112,7 +117,7 @@ class PartitionOwner:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
-        self.group_id = f"{settings.topic_prefix}ares-runtime"
+        self.group_id = runtime_group(settings)
         self.events_topic = plan.name(EVENTS)
         self.commands_topic = plan.name(COMMANDS)
         self.replies_topic = plan.name(REPLIES)

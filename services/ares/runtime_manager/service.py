@@ -64,8 +64,9 @@ class RuntimeManager:
         await self.owner.wait_stopped()
 
     async def stop(self) -> None:
+        # Heartbeats go on through the drain ("stopping"): silence would read as a loss.
+        await self.owner.stop()
         if self.heartbeats is not None:
             await self.heartbeats.stop()
-        await self.owner.stop()
         if self._producer is not None:
             await self._producer.stop()
