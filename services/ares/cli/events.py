@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ares.cli.common import err_console, run_async, settings_of
+from ares.compactor.reader import SummarisedReader
 from ares.config import Settings
 from ares.errors import UnavailableError
 from ares.events import render
@@ -86,7 +87,8 @@ def read(ctx: click.Context, *, stream: str, from_version: int | None, limit: in
 
 async def _read(settings: Settings, topic: str, stream: str, from_version: int | None,
                 limit: int | None, direction: Direction, as_json: bool) -> None:
-    store = await _open_reader(settings, topic)
+    # Trimmed history reads as the compactor's anchored summaries (event.summary).
+    store = await SummarisedReader.wrap(await _open_reader(settings, topic), settings)
     try:
         found = await store.read(stream, from_version, limit, direction)
         for event in found:
