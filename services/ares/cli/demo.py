@@ -106,14 +106,15 @@ def _print_report(run: DemoRun, options: DemoOptions) -> None:
     table.add_row("tasks completed", f"{ok if all_done else bad} "
                                      f"{report.tasks_completed}/{report.tasks_assigned}")
     table.add_row("agents resurrected", str(len({r.agent_id for r in report.resurrections})))
-    detection = [r.detection_s for r in report.resurrections if r.detection_s is not None]
-    totals = [r.total_s for r in report.resurrections if r.total_s is not None]
-    if detection:
-        table.add_row("detection (fault → death recorded)",
-                      f"p50 {_pct(detection, 50):.2f}s, max {max(detection):.2f}s")
-    if totals:
-        table.add_row("fault → agent running again",
-                      f"p50 {_pct(totals, 50):.2f}s, max {max(totals):.2f}s")
+    for cause in sorted({r.cause for r in report.resurrections}):
+        detection = [r.detection_s for r in report.resurrections
+                     if r.cause == cause and r.detection_s is not None]
+        totals = [r.total_s for r in report.resurrections
+                  if r.cause == cause and r.total_s is not None]
+        if detection and totals:
+            table.add_row(f"  {cause} ({len(detection)})",
+                          f"fault → death recorded p50 {_pct(detection, 50):.2f}s; "
+                          f"→ running again max {max(totals):.2f}s")
     phases = [(r.load_ms, r.replay_ms, r.resume_ms) for r in report.resurrections
               if r.replay_ms is not None]
     if phases:

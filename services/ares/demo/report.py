@@ -89,8 +89,9 @@ def _res_json(r: Resurrection) -> dict[str, Any]:
 
 def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Mapping[str, Any]],
                  email_lines: Iterable[Mapping[str, Any]], emails_expected: int,
-                 fault_times: Mapping[str, datetime], faults: Sequence[str]) -> DemoReport:
-    """``fault_times``: agent id → when the fault that hit it was injected."""
+                 fault_times: Mapping[str, Sequence[datetime]],
+                 faults: Sequence[str]) -> DemoReport:
+    """``fault_times``: agent id → when the faults that hit it were injected."""
     report = DemoReport(agents=len(streams), emails_expected=emails_expected,
                         faults=list(faults))
     # (agent, task, step) -> the incarnation that recorded it: an execution by a LATER
@@ -116,7 +117,7 @@ def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Map
         report.steps_reused += ledger.reused_calls
         report.tokens_spent += ledger.spent_prompt + ledger.spent_completion
         report.tokens_saved += ledger.reused_tokens
-        report.resurrections += _resurrections(agent_id, events, fault_times.get(agent_id))
+        report.resurrections += _resurrections(agent_id, events, fault_times.get(agent_id, ()))
     twice = set()
     for line in llm_lines:
         report.llm_executions += 1
@@ -140,7 +141,7 @@ def _check_chain(report: DemoReport, agent_id: str, events: Sequence[Event]) -> 
 
 
 def _resurrections(agent_id: str, events: Sequence[Event],
-                   fault_at: datetime | None) -> list[Resurrection]:
+                   fault_times: Sequence[datetime]) -> list[Resurrection]:
     found = []
     last_dead: Event | None = None
     for event in events:
@@ -149,6 +150,9 @@ def _resurrections(agent_id: str, events: Sequence[Event],
         elif event.type == "agent.resurrected" and last_dead is not None:
             record = RecoveryRecord.from_event(event)
             meta = event.metadata
+            # The fault behind this death: the latest one injected before it was recorded.
+            earlier = [t for t in fault_times if t <= last_dead.timestamp]
+            fault_at = max(earlier) if earlier else None
             start = fault_at or last_dead.timestamp
             found.append(Resurrection(
                 agent_id, str(last_dead.payload.get("cause")),

@@ -37,6 +37,7 @@ from ares.examples import evidence
 from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
 
 OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
+HANG_TIMEOUT_S = 3  # the hung agent's declared step timeout
 CHAT_MESSAGES = ("Hello! Who are you?", "What did I just ask you?",
                  "Summarise our conversation.")
 
@@ -63,7 +64,8 @@ class DemoRun:
     report: DemoReport | None = None
     phase: str = "starting"
     services: list[ServiceProcess] = field(default_factory=list)
-    fault_times: dict[str, datetime] = field(default_factory=dict)  # agent -> its fault
+    fault_times: dict[str, list[datetime]] = field(default_factory=dict)  # agent -> faults
+    emails_expected: int = 0
 
 
 Progress = Callable[[DemoRun], None]
@@ -113,6 +115,7 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
                  progress: Progress) -> None:
     settings, plan, state = run.settings, run.plan, run.state
     pipelines = [f"pipeline-{i:02d}" for i in range(1, options.agents + 1)]
+    run.emails_expected = len(pipelines)
     chats = [f"chat-{i}" for i in range(1, options.chats + 1)]
     for agent_id in pipelines + chats:
         state.agents[agent_id] = AgentProgress(agent_id)
@@ -145,9 +148,11 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
             if victim is not None:
                 state.faults.append(f"agent {victim} killed (ares agents kill) "
                                     f"at {_clock()}")
-                run.fault_times[victim] = utc_now()
+                run.fault_times.setdefault(victim, []).append(utc_now())
                 with contextlib.suppress(Exception):  # it may just have finished
                     await client.command("agent.kill", victim)
+            if "health-checker" in _names(run):
+                await _hang_one(run, client, options)
             phase("waiting for every task")
             await _until(lambda: state.tasks_done >= state.total_tasks, options.timeout_s)
     finally:
@@ -155,6 +160,27 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
         await asyncio.gather(watcher, return_exceptions=True)
         await subscription.aclose()
         await store.close()
+
+
+async def _hang_one(run: DemoRun, client: Client, options: DemoOptions) -> None:
+    """One more agent whose task hangs mid-way (no progress, no crash): only the health
+    checker's "stalled" verdict can bring it back."""
+    agent_id, hang_at = "pipeline-hung", max(1, options.steps // 2)
+    run.state.agents[agent_id] = agent = AgentProgress(agent_id)
+    run.state.total_steps += options.steps
+    run.state.total_tasks += 1
+    run.emails_expected += 1
+    await client.start_agent(agent_id, "example.pipeline", {"step_timeout_s": HANG_TIMEOUT_S})
+    await client.assign_task(agent_id, "analysis-1", {
+        "steps": options.steps, "step_ms": options.step_ms, "email": True, "hang_at": hang_at})
+    await _until(lambda: agent.steps >= hang_at, options.timeout_s)
+    run.fault_times.setdefault(agent_id, []).append(utc_now())
+    run.state.faults.append(f"agent {agent_id} hung at step {hang_at} (no progress; its "
+                           f"step timeout is {HANG_TIMEOUT_S}s) at {_clock()}")
+
+
+def _names(run: DemoRun) -> set[str]:
+    return {service.name for service in run.services}
 
 
 def _kill_busiest_worker(run: DemoRun) -> None:
@@ -165,7 +191,7 @@ def _kill_busiest_worker(run: DemoRun) -> None:
     now = utc_now()
     for agent in state.agents.values():
         if agent.worker == target:
-            run.fault_times[agent.agent_id] = now
+            run.fault_times.setdefault(agent.agent_id, []).append(now)
     service.kill()
     hosted = sum(1 for a in state.agents.values() if a.worker == target)
     state.faults.append(f"SIGKILL {service.name} ({target}, hosting {hosted} agents) at "
@@ -242,7 +268,7 @@ async def _report(run: DemoRun, options: DemoOptions, ledger: Path) -> DemoRepor
     return build_report(
         streams, list(evidence.read_lines(ledger / evidence.LLM_CALLS)),
         list(evidence.read_lines(ledger / evidence.SIDE_EFFECTS)),
-        emails_expected=options.agents, fault_times=run.fault_times,
+        emails_expected=run.emails_expected, fault_times=run.fault_times,
         faults=run.state.faults)
 
 

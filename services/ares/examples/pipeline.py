@@ -7,7 +7,8 @@ Task input::
 Runs N ``ctx.llm`` steps with the offline provider, each taking about M ms, each prompt
 built on the previous output; then, when ``email`` is true, the at-most-once tool
 ``send_email``. ``fail_at: K`` crashes the handler just before step K, in the FIRST
-incarnation only, so the resurrected agent completes the task.
+incarnation only, so the resurrected agent completes the task; ``hang_at: K`` makes step K
+hang (no progress) in the first incarnation, for the health checker to find.
 
 With ``ARES_EXAMPLE_LEDGER_DIR`` set, every real LLM execution appends
 ``{agent_id, task_id, step, incarnation}`` to ``llm_calls.jsonl`` and every real e-mail
@@ -19,6 +20,7 @@ Without the ledger directory it cannot know: the call is reported in doubt.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -83,9 +85,15 @@ class PipelineAgent(Agent):
     kind = "example.pipeline"
 
     def configure(self, config: Mapping[str, Any]) -> None:
-        unknown = set(config) - {"reconcile"}
+        unknown = set(config) - {"reconcile", "step_timeout_s"}
         if unknown:
-            raise AgentConfigError(f"unknown setting(s) {sorted(unknown)} (known: reconcile)")
+            raise AgentConfigError(f"unknown setting(s) {sorted(unknown)} (known: reconcile, "
+                                   "step_timeout_s)")
+        # step_timeout_s is read by the health checker (no progress for longer: stalled).
+        timeout = config.get("step_timeout_s", 600)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise AgentConfigError(f"'step_timeout_s' must be a positive number, got "
+                                   f"{timeout!r}")
         self.use_reconcile = config.get("reconcile", True)
         if not isinstance(self.use_reconcile, bool):
             raise AgentConfigError(f"'reconcile' must be true or false, got "
@@ -96,9 +104,14 @@ class PipelineAgent(Agent):
         provider = OfflineProvider(latency_ms=step_ms)
         digest = hashlib.sha256()
         text = f"task {task.task_id}"
+        hang_at = task.input.get("hang_at")
         for i in range(steps):
             if fail_at == i and ctx.incarnation == 1:  # the first incarnation
                 raise InjectedCrash(f"injected crash before step {i} (fail_at={fail_at})")
+            if hang_at == i and ctx.incarnation == 1:
+                # A hung call: no progress, no crash. Only a health checker's verdict
+                # (stalled) ends it; the next incarnation goes on from the journal.
+                await asyncio.Event().wait()
             line = {"agent_id": self.agent_id, "task_id": task.task_id, "step": i,
                     "incarnation": ctx.incarnation}
             text = await ctx.llm(f"step-{i}", prompt=f"Step {i}. Continue from: {text}",
