@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -113,8 +114,13 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def write_config(layout: KafkaLayout) -> None:
-    """Single-node KRaft settings sized for a 2-core development box."""
+def write_config(layout: KafkaLayout, overrides: Mapping[str, str] | None = None) -> None:
+    """Single-node KRaft settings sized for a 2-core development box.
+
+    ``overrides`` (opt-in, default none) replaces or adds broker properties: extra listeners
+    for the chaos suite's proxies, a SASL_SSL listener with an authorizer for the security
+    tests (``ares.devenv.security``).
+    """
     layout.root.mkdir(parents=True, exist_ok=True)
     props = {
         "process.roles": "broker,controller",
@@ -148,6 +154,7 @@ def write_config(layout: KafkaLayout) -> None:
         "num.network.threads": "2",
         "num.io.threads": "4",
     }
+    props.update(overrides or {})
     layout.config_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     layout.log4j_file.write_text(
         "status = warn\n"
@@ -192,13 +199,18 @@ def running_pid(layout: KafkaLayout) -> int | None:
     return process.read_pid(layout.pid_file, expect=str(layout.config_file))
 
 
-def start(layout: KafkaLayout, version: str, timeout_s: float = 120.0) -> int:
-    """Start the broker (idempotent) and wait until it answers a metadata request."""
+def start(layout: KafkaLayout, version: str, timeout_s: float = 120.0,
+          overrides: Mapping[str, str] | None = None) -> int:
+    """Start the broker (idempotent) and wait until it answers a metadata request.
+
+    ``overrides``: extra broker properties (see ``write_config``); the readiness probe still
+    speaks PLAINTEXT to ``layout.port``, so that listener must stay.
+    """
     if (pid := running_pid(layout)) is not None:
         wait_ready(layout, pid, timeout_s)
         return pid
     libs = resolve_classpath(version)
-    write_config(layout)
+    write_config(layout, overrides)
     format_storage(libs, layout)
     with (layout.root / "broker.out").open("ab") as out:
         proc = subprocess.Popen(

@@ -1,0 +1,143 @@
+"""The faults of a chaos run and their schedule: pure, seeded, replayable.
+
+A run is described by its seed: the same seed, fault count, span and targets give the same
+schedule (kinds, targets, start times, durations), so a failing run is replayed by passing
+its printed seed back (``ares chaos --seed S``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class FaultKind(StrEnum):
+    """Names are a contract: they are the keys of ``faults_by_kind`` in ``--json``."""
+
+    SIGKILL = "sigkill"  # a service process killed (no goodbye), restarted a moment later
+    SIGSTOP = "sigstop"  # a service frozen (SIGSTOP), thawed (SIGCONT) after a while
+    BROKER_KILL = "broker_kill"  # the Kafka broker SIGKILLed, restarted on the same data
+    POSTGRES_STOP = "postgres_stop"  # PostgreSQL stopped (fast shutdown), started again
+    NET_LATENCY = "net_latency"  # latency (with jitter) between a service and the broker
+    NET_RESET = "net_reset"  # a service's broker connections reset (TCP RST)
+    NET_PARTITION = "net_partition"  # a service cut off from the broker (a black hole)
+
+
+RUNTIME_MANAGER = "runtime-manager"
+NETWORK = (FaultKind.NET_LATENCY, FaultKind.NET_RESET, FaultKind.NET_PARTITION)
+PROCESS = (FaultKind.SIGKILL, FaultKind.SIGSTOP)
+# One of these at a time: they take down what every service depends on.
+EXCLUSIVE = (FaultKind.BROKER_KILL, FaultKind.POSTGRES_STOP)
+
+# How often each kind is drawn, relative to the others.
+WEIGHTS: Mapping[FaultKind, float] = {
+    FaultKind.SIGKILL: 3, FaultKind.SIGSTOP: 3, FaultKind.NET_LATENCY: 2,
+    FaultKind.NET_RESET: 2, FaultKind.NET_PARTITION: 2, FaultKind.BROKER_KILL: 0.6,
+    FaultKind.POSTGRES_STOP: 0.3,
+}
+# (min, max) seconds each kind lasts before it is healed.
+DURATIONS: Mapping[FaultKind, tuple[float, float]] = {
+    FaultKind.SIGKILL: (0.5, 3.0),  # down time before the supervisor restarts it
+    FaultKind.SIGSTOP: (1.0, 10.0),  # beyond the session timeout the partitions move
+    FaultKind.BROKER_KILL: (1.0, 5.0),  # down time before the restart begins
+    FaultKind.POSTGRES_STOP: (30.0, 30.0),
+    FaultKind.NET_LATENCY: (2.0, 8.0),
+    FaultKind.NET_RESET: (0.0, 0.0),  # instantaneous
+    FaultKind.NET_PARTITION: (2.0, 10.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One fault: what, on which service, when (seconds after the load started), how long."""
+
+    index: int
+    kind: FaultKind
+    target: str  # a service name, "kafka" or "postgres"
+    at_s: float
+    duration_s: float
+    latency_ms: int = 0  # NET_LATENCY only
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "kind": str(self.kind),
+                               "target": self.target, "at_s": round(self.at_s, 3),
+                               "duration_s": round(self.duration_s, 3)}
+        if self.kind is FaultKind.NET_LATENCY:
+            out["latency_ms"] = self.latency_ms
+        return out
+
+    def describe(self) -> str:
+        extra = f" {self.latency_ms} ms" if self.kind is FaultKind.NET_LATENCY else ""
+        return (f"#{self.index} {self.kind}{extra} on {self.target} at {self.at_s:.1f}s "
+                f"for {self.duration_s:.1f}s")
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What faults can hit: service processes, which of them talk through a proxy, and
+    whether the broker and the database are ours to kill."""
+
+    services: Sequence[str]
+    proxied: Sequence[str]
+    broker: bool = True
+    postgres: bool = False
+
+    def kinds(self) -> list[FaultKind]:
+        kinds: list[FaultKind] = []
+        if self.services:
+            kinds += PROCESS
+        if self.proxied:
+            kinds += NETWORK
+        if self.broker:
+            kinds.append(FaultKind.BROKER_KILL)
+        if self.postgres:
+            kinds.append(FaultKind.POSTGRES_STOP)
+        return kinds
+
+
+def schedule(seed: int, count: int, span_s: float, targets: Targets) -> list[Fault]:
+    """``count`` faults spread over ``span_s`` seconds, every available kind at least once
+    when ``count`` allows (a short run still covers every kind), the rest drawn by weight."""
+    if count < 0 or span_s <= 0:
+        raise ValueError("count must be >= 0 and span_s > 0")
+    rng = random.Random(seed)
+    kinds = targets.kinds()
+    if not kinds or count == 0:
+        return []
+    drawn = list(kinds[:count]) if count >= len(kinds) else []
+    weights = [WEIGHTS[k] for k in kinds]
+    drawn += rng.choices(kinds, weights=weights, k=count - len(drawn))
+    rng.shuffle(drawn)
+    # Start times: sorted uniform draws, so faults overlap as they would in production.
+    times = sorted(rng.uniform(0, span_s) for _ in drawn)
+    faults = []
+    for index, (kind, at) in enumerate(zip(drawn, times, strict=True), start=1):
+        low, high = DURATIONS[kind]
+        faults.append(Fault(index, kind, _target(rng, kind, targets), at,
+                            rng.uniform(low, high),
+                            rng.randrange(100, 2000) if kind is FaultKind.NET_LATENCY else 0))
+    return faults
+
+
+def _target(rng: random.Random, kind: FaultKind, targets: Targets) -> str:
+    if kind is FaultKind.BROKER_KILL:
+        return "kafka"
+    if kind is FaultKind.POSTGRES_STOP:
+        return "postgres"
+    pool = list(targets.proxied if kind in NETWORK else targets.services)
+    # The runtime managers hold the promises: they get two faults in three.
+    managers = [name for name in pool if name.startswith(RUNTIME_MANAGER)]
+    others = [name for name in pool if not name.startswith(RUNTIME_MANAGER)]
+    if managers and others:
+        pool = managers if rng.random() < 2 / 3 else others
+    return rng.choice(pool)
+
+
+def by_kind(faults: Sequence[Fault]) -> dict[str, int]:
+    """``faults_by_kind``: every kind of the enum, zero included (stable JSON keys)."""
+    counted = Counter(str(f.kind) for f in faults)
+    return {str(kind): counted.get(str(kind), 0) for kind in FaultKind}

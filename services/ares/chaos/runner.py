@@ -1,0 +1,400 @@
+"""A chaos run: steady load, seeded faults, then every promise checked from outside.
+
+1. an isolated broker (and PostgreSQL when the replay reader runs) in the run's work
+   directory, toxiproxy in front of every runtime manager, topics under a fresh prefix;
+2. runtime managers (and the health checker, compactor and replay reader when this
+   installation has them) as real ``ares run`` processes, restarted when they die, as a
+   supervisor (Kubernetes) would;
+3. the load (``ares.chaos.load``) while the faults of the seeded schedule are injected and
+   healed (``ares.chaos.faults``);
+4. every fault healed, the load stopped, then the run settles: it waits (bounded) until the
+   promises hold or the settle time is over, and checks them (``ares.chaos.invariants``)
+   plus the integrity audit of the whole log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from ares.chaos.cluster import ChaosCluster, Service, ServiceSpec
+from ares.chaos.faults import Fault, FaultKind, Targets, by_kind, schedule
+from ares.chaos.invariants import Findings, check
+from ares.chaos.load import Load, LoadShape
+from ares.config import Settings
+from ares.devenv.process import tail
+from ares.errors import AresError
+from ares.events.kafka_store import KafkaEventStore
+from ares.events.model import Event
+from ares.examples import evidence
+from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, load_topics
+
+log = logging.getLogger(__name__)
+OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
+RESTART_DELAY_S = 2.0
+MAX_EXITS_LISTED = 100  # the supervisor's pause before restarting a service that died
+Progress = Callable[[str], None]
+# Violations that may still resolve while the fleet catches up after the last fault.
+SETTLING = frozenset({"task_not_finished", "dead_without_verdict", "email_missing",
+                      "acked_event_lost", "acked_task_lost", "agent_lost"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosOptions:
+    faults: int = 50
+    seed: int | None = None
+    span_s: float | None = None  # default: 2.5 s per fault, at least 30 s
+    runtime_managers: int = 3
+    partitions: int = 6
+    session_timeout_ms: int = 6000
+    shape: LoadShape = field(default_factory=LoadShape)
+    settle_timeout_s: float = 240.0
+    optional_services: bool = True
+    use_toxiproxy: bool = True
+    workdir: Path | None = None
+    keep_workdir: bool = False
+
+    @property
+    def span(self) -> float:
+        return self.span_s if self.span_s is not None else max(30.0, 2.5 * self.faults)
+
+
+@dataclass(slots=True)
+class ChaosReport:
+    seed: int
+    faults_requested: int
+    faults_injected: int = 0
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, Any] = field(default_factory=dict)
+    services: dict[str, int] = field(default_factory=dict)  # name -> times started
+    unexpected_exits: list[str] = field(default_factory=list)  # the first MAX_EXITS_LISTED
+    unexpected_exit_count: int = 0
+    proxy: str = ""
+    settled_s: float | None = None  # from "all healed" to "every promise holds"
+    duration_s: float = 0.0
+    workdir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "faults_requested": self.faults_requested,
+                "faults_injected": self.faults_injected, "faults_by_kind": self.faults_by_kind,
+                "violations": self.violations, "load": self.load, "outcome": self.outcome,
+                "services": self.services, "unexpected_exit_count": self.unexpected_exit_count,
+                "unexpected_exits": self.unexpected_exits,
+                "proxy": self.proxy, "settled_s": self.settled_s,
+                "duration_s": round(self.duration_s, 1), "workdir": self.workdir,
+                "faults": self.faults}
+
+
+def available_services() -> list[str]:
+    """The optional services this installation can run (``ares run <name>``)."""
+    from ares.cli.run import run
+
+    return [name for name in OPTIONAL_SERVICES if name in run.commands]
+
+
+def _specs(options: ChaosOptions, optional: list[str]) -> list[ServiceSpec]:
+    specs = [ServiceSpec(f"runtime-manager-{i}", [
+        "runtime-manager", "--instance-id", f"chaos-rm-{i}",
+        "--session-timeout-ms", str(options.session_timeout_ms)], proxied=True)
+        for i in range(1, options.runtime_managers + 1)]
+    for name in optional:
+        args = [name, "--http-port", "0"] if name == "replay-reader" else [name]
+        specs.append(ServiceSpec(name, args, proxied=name == "health-checker",
+                                 postgres=name == "replay-reader"))
+    return specs
+
+
+def _workdir(options: ChaosOptions, stamp: str) -> Path:
+    if options.workdir is not None:
+        path = options.workdir / stamp
+    else:
+        # As root the database runs as `postgres`, which must traverse the path: /var/tmp.
+        base = Path("/var/tmp") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+        path = base / f"ares-chaos-{stamp}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def run_chaos(options: ChaosOptions, progress: Progress) -> ChaosReport:
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
+    report = ChaosReport(seed=seed, faults_requested=options.faults)
+    progress(f"seed {seed} (replay this run with --seed {seed})")
+    started = time.monotonic()
+    stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{seed}"
+    workdir = _workdir(options, stamp)
+    report.workdir = str(workdir)
+    optional = available_services() if options.optional_services else []
+    specs = _specs(options, optional)
+    cluster = ChaosCluster(workdir, specs, with_postgres="replay-reader" in optional,
+                           use_toxiproxy=options.use_toxiproxy)
+    failed = True
+    try:
+        await _run(cluster, options, report, progress)
+        failed = bool(report.violations)
+    finally:
+        report.duration_s = time.monotonic() - started
+        progress("stopping the services, the broker and the proxies")
+        await cluster.close()
+        report.services = {name: s.starts for name, s in cluster.services.items()}
+        if not failed and not options.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return report
+
+
+async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport,
+               progress: Progress) -> None:
+    progress(f"starting proxies, an isolated broker{' and PostgreSQL' if cluster.postgres else ''}"
+             f" in {cluster.workdir}")
+    await cluster.start_proxies()
+    report.proxy = cluster.proxy_note
+    await cluster.start_broker()
+    await cluster.start_postgres()
+    prefix = f"chaos-{report.seed}."
+    settings = Settings(kafka_bootstrap=cluster.bootstrap, topic_prefix=prefix,
+                        request_timeout_s=10.0)
+    plan = load_topics(settings, env={**os.environ,
+                                      "ARES_TOPIC_PARTITIONS": str(options.partitions)})
+    await apply_topics(plan, settings)
+    ledger = cluster.workdir / "ledger"
+    ledger.mkdir(parents=True, exist_ok=True)
+    cluster.start_services({
+        **os.environ, "ARES_TOPIC_PREFIX": prefix,
+        "ARES_TOPIC_PARTITIONS": str(options.partitions), "ARES_HTTP_PORT": "0",
+        "ARES_LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1",
+        evidence.LEDGER_DIR_ENV: str(ledger)})
+    progress(f"services: {', '.join(cluster.services)} ({cluster.proxy_note})")
+    await _until_group(settings, options.runtime_managers, cluster)
+
+    targets = Targets(services=list(cluster.services), proxied=cluster.proxied, broker=True,
+                      postgres=cluster.postgres is not None)
+    faults = schedule(report.seed, options.faults, options.span, targets)
+    load = Load(settings, plan, options.shape, prefix=prefix.rstrip("."), seed=report.seed)
+    supervisor = _Supervisor(cluster, report)
+    injector = _Injector(cluster, progress)
+    load_task = asyncio.create_task(load.run(), name="chaos-load")
+    watch = asyncio.create_task(supervisor.run(), name="chaos-supervisor")
+    try:
+        progress(f"load running; {len(faults)} faults over {options.span:.0f}s")
+        await injector.run(faults)
+        report.faults = [f.to_json() for f in injector.injected]
+        report.faults_injected = len(injector.injected)
+        report.faults_by_kind = by_kind(injector.injected)
+        progress("every fault injected and healed: stopping the load")
+        load.stop()
+        await _heal_all(cluster)
+        await asyncio.wait_for(load_task, options.settle_timeout_s)
+        report.load = load.summary()
+        progress("settling: waiting for every task and every agent")
+        settle_start = time.monotonic()
+        findings, streams = await _settle(settings, plan, load, ledger, options)
+        if not findings.violations:
+            report.settled_s = round(time.monotonic() - settle_start, 1)
+        progress(f"auditing {sum(len(e) for e in streams.values())} events")
+        audit = await _audit(settings, plan)
+        findings = check(streams, load.acks, evidence.read_lines(ledger / evidence.LLM_CALLS),
+                         evidence.read_lines(ledger / evidence.SIDE_EFFECTS), audit)
+        report.violations = findings.violations
+        report.outcome = findings.to_json()
+    finally:
+        load.stop()
+        supervisor.stop()
+        for task in (load_task, watch):
+            task.cancel()
+        await asyncio.gather(load_task, watch, return_exceptions=True)
+        await load.close()
+
+
+# -- faults ------------------------------------------------------------------------------
+
+
+class _Injector:
+    def __init__(self, cluster: ChaosCluster, progress: Progress) -> None:
+        self.cluster = cluster
+        self.progress = progress
+        self.injected: list[Fault] = []
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def run(self, faults: list[Fault]) -> None:
+        t0 = time.monotonic()
+
+        async def one(fault: Fault) -> None:
+            await asyncio.sleep(max(0.0, fault.at_s - (time.monotonic() - t0)))
+            lock = self._locks.setdefault(fault.target, asyncio.Lock())
+            async with lock:  # one fault at a time per target
+                await self._inject(fault, time.monotonic() - t0)
+
+        await asyncio.gather(*(one(f) for f in faults))
+
+    async def _inject(self, fault: Fault, at: float) -> None:
+        cluster, kind = self.cluster, fault.kind
+        self.progress(f"fault {fault.describe()} (injected at {at:.1f}s)")
+        if kind is FaultKind.SIGKILL:
+            service = cluster.services[fault.target]
+            await asyncio.to_thread(service.kill)
+            self.injected.append(fault)
+            await asyncio.sleep(fault.duration_s)
+            service.start()
+        elif kind is FaultKind.SIGSTOP:
+            service = cluster.services[fault.target]
+            service.signal(signal.SIGSTOP)
+            self.injected.append(fault)
+            await asyncio.sleep(fault.duration_s)
+            service.signal(signal.SIGCONT)
+        elif kind is FaultKind.BROKER_KILL:
+            await cluster.kill_broker()
+            self.injected.append(fault)
+            await asyncio.sleep(fault.duration_s)
+            await cluster.start_broker()
+        elif kind is FaultKind.POSTGRES_STOP:
+            await cluster.stop_postgres()
+            self.injected.append(fault)
+            await asyncio.sleep(fault.duration_s)
+            await cluster.start_postgres()
+        else:
+            await self._network(fault)
+
+    async def _network(self, fault: Fault) -> None:
+        proxies = self.cluster.proxies
+        if fault.kind is FaultKind.NET_LATENCY:
+            await proxies.latency(fault.target, fault.latency_ms)
+        elif fault.kind is FaultKind.NET_RESET:
+            await proxies.reset(fault.target)
+        else:
+            await proxies.partition(fault.target)
+        self.injected.append(fault)
+        await asyncio.sleep(fault.duration_s)
+        await proxies.heal(fault.target)
+
+
+class _Supervisor:
+    """Restarts a service that died on its own (and records it), as Kubernetes would."""
+
+    def __init__(self, cluster: ChaosCluster, report: ChaosReport) -> None:
+        self.cluster = cluster
+        self.report = report
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    async def run(self) -> None:
+        while not self._stopped:
+            for service in self.cluster.services.values():
+                if not service.alive and not service.down_by_fault:
+                    self._record(service)
+                    await asyncio.sleep(RESTART_DELAY_S)
+                    if not service.alive and not service.down_by_fault:
+                        service.start()
+            await asyncio.sleep(0.5)
+
+    def _record(self, service: Service) -> None:
+        code = None if service.proc is None else service.proc.returncode
+        self.report.unexpected_exit_count += 1
+        if len(self.report.unexpected_exits) >= MAX_EXITS_LISTED:
+            return
+        last = [line for line in tail(service.log, 8).splitlines() if line.strip()]
+        self.report.unexpected_exits.append(
+            f"{service.name} exited with {code} (start #{service.starts}): "
+            f"{last[-1][:300] if last else 'no output'}")
+
+
+async def _heal_all(cluster: ChaosCluster) -> None:
+    if cluster.broker_pid() is None:
+        await cluster.start_broker()
+    if cluster.postgres is not None:
+        await cluster.start_postgres()
+    for name in cluster.proxied:
+        await cluster.proxies.heal(name)
+    for service in cluster.services.values():
+        service.signal(signal.SIGCONT)
+        if not service.alive:
+            service.start()
+
+
+async def _until_group(settings: Settings, members: int, cluster: ChaosCluster,
+                       timeout_s: float = 180.0) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                **settings.kafka_options())
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(KafkaError):
+                [response] = await admin.describe_consumer_groups(
+                    [f"{settings.topic_prefix}ares-runtime"])
+                groups = response.to_object()["groups"]
+                if (groups and groups[0]["state"] == "Stable"
+                        and len(groups[0]["members"]) >= members):
+                    return
+            dead = [n for n, s in cluster.services.items() if not s.alive]
+            if dead or time.monotonic() > deadline:
+                tails = cluster.log_tails()
+                raise AresError(
+                    f"the runtime managers did not form a group of {members} "
+                    f"({'exited: ' + ', '.join(dead) if dead else 'timed out'}):\n"
+                    + "\n".join(f"--- {n} ---\n{tails[n]}" for n in (dead or list(tails))))
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+# -- after the faults --------------------------------------------------------------------
+
+
+async def _read_streams(settings: Settings, plan: TopicPlan) -> dict[str, list[Event]]:
+    store = await KafkaEventStore.open(settings, owned=[], topic=plan.name(EVENTS))
+    try:
+        streams: dict[str, list[Event]] = {}
+        async for event in store.read_all():
+            streams.setdefault(event.stream_id, []).append(event)
+        return streams
+    finally:
+        await store.close()
+
+
+async def _settle(settings: Settings, plan: TopicPlan, load: Load, ledger: Path,
+                  options: ChaosOptions) -> tuple[Findings, dict[str, list[Event]]]:
+    """Poll the log until every promise holds or the settle time is over; the last view."""
+    deadline = time.monotonic() + options.settle_timeout_s
+    while True:
+        try:
+            streams = await _read_streams(settings, plan)
+        except AresError as exc:
+            log.info("settle: reading the log failed (%s), retrying", exc)
+            await asyncio.sleep(2.0)
+            continue
+        findings = check(streams, load.acks,
+                         evidence.read_lines(ledger / evidence.LLM_CALLS),
+                         evidence.read_lines(ledger / evidence.SIDE_EFFECTS))
+        waiting = [v for v in findings.violations if v.split(":", 1)[0] in SETTLING]
+        if not waiting or time.monotonic() > deadline:
+            # Nothing left that time could heal (a broken chain stays broken).
+            return findings, streams
+        await asyncio.sleep(3.0)
+
+
+async def _audit(settings: Settings, plan: TopicPlan) -> list[str]:
+    """``ares audit verify --all``, in process: every stream's chain, versions, truncation."""
+    from ares.replay_reader.audit_run import AuditScope, run_audit
+
+    report = await run_audit(settings, AuditScope(events_topic=plan.name(EVENTS),
+                                                  snapshots_topic=plan.name(SNAPSHOTS)))
+    return report.lines()[:-1] if not report.ok else []
