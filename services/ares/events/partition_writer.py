@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError
 from ares.events.kafka_errors import translate
 from ares.events.model import NewEvent
@@ -93,6 +95,7 @@ class _Pending:
     result: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    submitted: float = field(default_factory=time.monotonic)
 
 
 class PartitionWriter:
@@ -191,7 +194,10 @@ class PartitionWriter:
         except (KafkaError, TimeoutError) as exc:
             await self._fail(batch, tx, exc)
             return
+        metrics.TRANSACTIONS.labels("committed").inc()
+        label = str(self.partition)
         for plan, offsets in written:
+            metrics.EVENTS_APPENDED.labels(label).inc(len(offsets))
             self.table.set_first_offset(plan.stream_id, offsets[0])
             self.committed_end = max(self.committed_end, offsets[-1] + 1)
             for listener in self.listeners:
@@ -199,7 +205,9 @@ class PartitionWriter:
                     listener(plan, offsets)
                 except Exception:  # a listener's bug must not fail appends that committed
                     log.exception("commit listener failed on stream %s", plan.stream_id)
+        now = time.monotonic()
         for pending, value, error in outcomes:
+            metrics.APPEND_LATENCY.observe(now - pending.submitted)
             if pending.result.done():
                 continue
             if error is None:
@@ -209,6 +217,8 @@ class PartitionWriter:
 
     async def _fail(self, batch: list[_Pending], tx: Transaction, exc: BaseException) -> None:
         error = translate(exc, f"append to {self.topic}/{self.partition}")
+        metrics.TRANSACTIONS.labels("fenced" if isinstance(error, FencedError)
+                                    else "aborted").inc()
         self.table.restore(tx.saved)  # nothing of an aborted transaction is visible
         if isinstance(error, FencedError):
             self._fenced = error

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from ares import metrics
 from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.agents.host_api import AgentServices, TaskOutcome
 from ares.agents.registry import AgentRegistry
@@ -150,6 +151,7 @@ class AgentHost:
         writer.listeners.append(lambda plan, offsets: self._on_commit(partition, plan, offsets))
         resumes = [self._adopt(state, replay, table, replay_done) for replay in replays.values()]
         await asyncio.gather(*resumes)
+        self._count_agents()
         return writer
 
     async def suspend_partition(self, partition: int) -> None:
@@ -351,6 +353,8 @@ class AgentHost:
             hosted.on_event(event, offset)
             if hosted.buffer is not None:
                 hosted.buffer.append((event, offset))
+            if event.type == lc.AGENT_QUARANTINED:
+                metrics.QUARANTINES.labels(str(event.payload.get("reason"))).inc()
             if event.type == lc.AGENT_STARTED and not self.stopping:
                 self._spawn(state, hosted)
             elif event.type in (lc.AGENT_STOPPED, lc.AGENT_QUARANTINED) and hosted.running:
@@ -475,7 +479,7 @@ class AgentHost:
             metadata={**record.to_metadata(), "ares.recovery.resume_ms":
                       str(round((time.monotonic() - resumed_at) * 1000))})])
         fresh.lifecycle = lc.clear_resurrecting(fresh.lifecycle)
-        self.recoveries.append(record)
+        self._recovered(record, cause)
         return fresh
 
     async def _replay_agent(self, state: _Partition, hosted: HostedAgent) -> AgentReplay:
@@ -548,7 +552,6 @@ class AgentHost:
             return
         resume_started = time.monotonic()
         record = replay.record(replay_done, 0.0, verified=True, discarded=discarded)
-        self.recoveries.append(record)
         try:
             await self._resume_after_recovery(state, hosted, record, resume_started)
         except (FencedError, asyncio.CancelledError):
@@ -594,6 +597,7 @@ class AgentHost:
             lc.AGENT_RESURRECTED, MODULE,
             record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
                               worker=self.worker_id), metadata=metadata)])
+        self._recovered(record, cause)
         self._spawn(state, hosted)
 
     async def _quarantine_for_integrity(self, state: _Partition, replay: AgentReplay,
@@ -616,6 +620,22 @@ class AgentHost:
             "integrity_failure", message, "critical", {"kind": kind, "version": version}))
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _recovered(self, record: RecoveryRecord, cause: str) -> None:
+        self.recoveries.append(record)
+        metrics.RESURRECTIONS.labels(cause).inc()
+        for phase, seconds in (("load", record.load_s), ("replay", record.replay_s),
+                               ("resume", record.resume_s)):
+            if seconds is not None:
+                metrics.RECOVERY_SECONDS.labels(phase).observe(seconds)
+        self._count_agents()
+
+    def _count_agents(self) -> None:
+        counts: dict[str, int] = {status.value: 0 for status in lc.Status}
+        for hosted in self.agents():
+            counts[hosted.lifecycle.status.value] += 1
+        for status, count in counts.items():
+            metrics.AGENTS.labels(status).set(count)
 
     async def _append(self, state: _Partition, hosted: HostedAgent,
                       events: Sequence[NewEvent], alert: _Alert | None = None) -> int:

@@ -23,6 +23,7 @@ from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitio
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
+from ares import metrics
 from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
@@ -131,6 +132,7 @@ class PartitionOwner:
         self._admin: AIOKafkaAdminClient | None = None
         self._session_timeout_ms = session_timeout_ms
         self._suspended: dict[int, PartitionWriter] = {}
+        self._handled: dict[int, int] = {}  # partition -> next command offset to handle
         self._lock = asyncio.Lock()  # processing and rebalancing never overlap
         self._consumer: AIOKafkaConsumer | None = None
         self._scanner: PartitionScanner | None = None
@@ -220,6 +222,7 @@ class PartitionOwner:
                 self.writers[partition] = await self.host.open_partition(
                     partition, self._scanner, await self.live_workers())
             log.info("owning partitions %s of %s", sorted(partitions), self.events_topic)
+            metrics.OWNED_PARTITIONS.set(len(self.writers))
             self.ready.set()
 
     async def live_workers(self) -> frozenset[str]:
@@ -242,11 +245,19 @@ class PartitionOwner:
         assert self._consumer is not None
         while True:
             batches = await self._consumer.getmany(timeout_ms=200)
+            self._record_lag()
             if not batches:
                 continue
             async with self._lock:
                 await asyncio.gather(*(self._process(tp, records)
                                        for tp, records in batches.items()))
+
+    def _record_lag(self) -> None:
+        assert self._consumer is not None
+        for tp in self._consumer.assignment():
+            high, done = self._consumer.highwater(tp), self._handled.get(tp.partition)
+            if high is not None and done is not None:
+                metrics.CONSUMER_LAG.labels(str(tp.partition)).set(max(high - done, 0))
 
     async def _process(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         writer = self.writers.get(tp.partition)
@@ -260,6 +271,7 @@ class PartitionOwner:
 
         try:
             await writer.submit(work)
+            self._handled[tp.partition] = records[-1].offset + 1
         except FencedError:
             log.warning("fenced on %s: another owner took partition %d over", tp.topic,
                         tp.partition)
@@ -326,6 +338,7 @@ class PartitionOwner:
                                   "took the command")
         else:
             reply = await self._dispatch(tx, tp, record, command)
+        metrics.COMMANDS.labels(command.type, str(reply.status)).inc()
         if command.reply_to is not None:
             await self._reply(tx, command, reply)
 
@@ -364,6 +377,7 @@ class PartitionOwner:
     async def _dead_letter(self, tx: Transaction, tp: TopicPartition, record: ConsumerRecord,
                            reason: str, detail: str) -> None:
         self.dead_letters += 1
+        metrics.DEAD_LETTERS.labels(reason).inc()
         log.warning("dead letter from %s/%d@%d: %s: %s", tp.topic, tp.partition,
                     record.offset, reason, detail)
         letter = DeadLetter(reason, detail, tp.topic, tp.partition, record.offset,
