@@ -23,7 +23,12 @@ from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
 from ares.replay_reader.audit import AuditReport
 from ares.replay_reader.audit_run import DEFAULT_MAX_REPLAY, AuditScope, run_audit
-from ares.replay_reader.wiring import ENV_SCHEMA, Topics, projection_store
+from ares.replay_reader.wiring import (
+    ENV_SCHEMA,
+    CompactedSummaries,
+    Topics,
+    projection_store,
+)
 
 INTEGRITY_EXIT = 5
 
@@ -74,8 +79,9 @@ async def _verify(settings: Settings, streams: list[str] | None, max_replay: int
                   show_progress: bool) -> tuple[AuditReport, list[str]]:
     topics = Topics.of(settings)
     store = projection_store(settings, topics, schema, max_connections=1) if use_index else None
+    summaries = CompactedSummaries(settings)
     scope = AuditScope(topics.events, topics.snapshots, streams, index=store,
-                       max_replay=max_replay)
+                       summaries=summaries, max_replay=max_replay)
     try:
         with Progress(TextColumn("auditing {task.description}"), BarColumn(),
                       MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
@@ -87,6 +93,7 @@ async def _verify(settings: Settings, streams: list[str] | None, max_replay: int
 
             report = await run_audit(settings, scope, advance)
     finally:
+        await summaries.close()
         if store is not None:
             await store.close()
     return report, scope.notes

@@ -27,8 +27,9 @@ from rich.table import Table
 from ares.agents.registry import build_registry
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
+from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.session import ReplaySession, ReplayStep, ReplaySummary, failure_json
-from ares.replay_reader.wiring import ENV_SCHEMA, Topics, open_reader
+from ares.replay_reader.wiring import ENV_SCHEMA, CompactedSummaries, Topics, open_reader
 from ares.runtime_manager.recovery import VerificationFailure
 
 INTEGRITY_EXIT = 5
@@ -92,34 +93,43 @@ class _Options:
 async def _replay(settings: Settings, o: _Options, schema: str | None, use_index: bool,
                   agent_specs: tuple[str, ...]) -> int:
     registry = build_registry(agent_specs)
-    async with open_reader(settings, Topics.of(settings), schema=schema,
-                           use_index=use_index) as reader:
-        session = await ReplaySession.open(reader, o.stream, registry=registry)
-        if o.interactive:
-            return await _interactive(session)
-        if o.summary:
-            summary = await session.summary()
-            _print_summary(summary, o.as_json)
-            return 0 if summary.failure is None else INTEGRITY_EXIT
-        if o.steps:
-            async for each in session.steps(o.to_step):
-                click.echo(json.dumps(each.to_json(), default=str))
-            return _verdict(session.failure)
-        step: ReplayStep | None
-        if o.at is not None:
-            version = await reader.version_at(o.stream, o.at)
-            step = await session.to_version(version)
-            _print_state(session, step, o.as_json, at=o.at)
-            return _verdict(session.failure)
-        target = session.expected_total if o.to_step is None else o.to_step
-        step = await session.step_to(target)
-        if o.to_step is not None and session.position < o.to_step:
-            err_console.print(f"stream {o.stream!r} has {session.position} step(s): showing "
-                              "the last")
-            _print_state(session, step, o.as_json)
-            return 2
-        _print_state(session, step, o.as_json)
+    summaries = CompactedSummaries(settings)
+    try:
+        async with open_reader(settings, Topics.of(settings), schema=schema,
+                               use_index=use_index) as reader:
+            session = await ReplaySession.open(reader, o.stream, registry=registry,
+                                               summaries=summaries)
+            return await _run_mode(session, reader, o)
+    finally:
+        await summaries.close()
+
+
+async def _run_mode(session: ReplaySession, reader: KafkaStreamReader, o: _Options) -> int:
+    if o.interactive:
+        return await _interactive(session)
+    if o.summary:
+        summary = await session.summary()
+        _print_summary(summary, o.as_json)
+        return 0 if summary.failure is None else INTEGRITY_EXIT
+    if o.steps:
+        async for each in session.steps(o.to_step):
+            click.echo(json.dumps(each.to_json(), default=str))
         return _verdict(session.failure)
+    step: ReplayStep | None
+    if o.at is not None:
+        version = await reader.version_at(o.stream, o.at)
+        step = await session.to_version(version)
+        _print_state(session, step, o.as_json, at=o.at)
+        return _verdict(session.failure)
+    target = session.expected_total if o.to_step is None else o.to_step
+    step = await session.step_to(target)
+    if o.to_step is not None and session.position < o.to_step:
+        err_console.print(f"stream {o.stream!r} has {session.position} step(s): showing "
+                          "the last")
+        _print_state(session, step, o.as_json)
+        return 2
+    _print_state(session, step, o.as_json)
+    return _verdict(session.failure)
 
 
 def _verdict(failure: VerificationFailure | None) -> int:

@@ -17,7 +17,7 @@ says why: a replay never fails because of an agent it cannot build.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from ares.agents.agent import Agent
 from ares.agents.errors import AgentConfigError, AgentRegistryError, UnknownAgentKindError
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event
-from ares.runtime_manager.lifecycle import AgentLifecycle, fold
+from ares.runtime_manager.lifecycle import AgentLifecycle, fold, fold_all
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,23 @@ class StateFolder:
                 self._early.append(event)
             return
         self._create(event)
+
+    def apply_many(self, events: Sequence[Event]) -> None:
+        """``apply`` for consecutive events: one lifecycle fold for the run (``fold_all``),
+        the same states as one by one."""
+        i = 0
+        while i < len(events) and self.agent is None and not self._failed \
+                and self._registry is not None:
+            self.apply(events[i])  # until the agent exists: its creation point matters
+            i += 1
+        rest = events[i:]
+        if not rest:
+            return
+        self.lifecycle = fold_all(self.lifecycle, rest)
+        for event in rest:
+            if self.agent is None:
+                return
+            self._apply_to_agent(event)
 
     def state(self) -> FoldedState:
         agent_state: Mapping[str, Any] | None = None

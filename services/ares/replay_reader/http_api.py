@@ -33,6 +33,7 @@ from ares.replay_reader.live import Listener, LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
 from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
+from ares.replay_reader.source import NoSummaries, SummarySource
 from ares.runtime_manager.lifecycle import Status
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,10 @@ def _time(request: web.Request, name: str) -> datetime | None:
 class ReplayApi:
     def __init__(self, settings: Settings, reader: KafkaStreamReader,
                  store: ProjectionStore | None, feed: LiveFeed, registry: AgentRegistry, *,
-                 snapshots_topic: str | None, ready: Callable[[], bool]) -> None:
+                 snapshots_topic: str | None, ready: Callable[[], bool],
+                 summaries: SummarySource | None = None) -> None:
         self.settings = settings
+        self.summaries = summaries or NoSummaries()
         self.reader = reader
         self.store = store
         self.feed = feed
@@ -174,6 +177,8 @@ class ReplayApi:
             if exc.status < 400:
                 raise
             response = problem(exc.status, exc.reason, request.path)
+            if isinstance(exc, web.HTTPMethodNotAllowed):
+                response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         except ApiError as exc:
             response = problem(exc.status, exc.detail, request.path)
         except NoSuchStreamError as exc:
@@ -282,11 +287,11 @@ class ReplayApi:
         stream_id = _id(request.match_info["stream_id"], "stream_id")
         version = _opt_int(request, "version", 0, openapi.MAX_VERSION)
         at = _time(request, "at")
-        if version is not None and at is not None:
-            raise ApiError(400, "give version or at, not both")
-        session = await ReplaySession.open(self.reader, stream_id, registry=self.registry)
-        if at is not None:
-            version = await self.reader.version_at(stream_id, at)
+        session = await ReplaySession.open(self.reader, stream_id, registry=self.registry,
+                                           summaries=self.summaries)
+        if at is not None:  # with both, the earlier: "at version N, but not after T"
+            as_of = await self.reader.version_at(stream_id, at)
+            version = as_of if version is None else min(version, as_of)
         step = await session.to_version(openapi.MAX_VERSION if version is None else version)
         body: dict[str, Any] = {
             "stream_id": stream_id, "step": session.position, "version": session.state.version,
@@ -297,7 +302,7 @@ class ReplayApi:
     async def audit(self, request: web.Request) -> web.Response:
         stream_id = _id(request.match_info["stream_id"], "stream_id")
         scope = AuditScope(self.reader.topic, self.snapshots_topic, [stream_id],
-                           index=self.store)
+                           index=self.store, summaries=self.summaries)
         report = await run_audit(self.settings, scope)
         if report.unknown:
             raise ApiError(404, f"stream {stream_id!r}: no event, snapshot or index entry")
@@ -309,7 +314,8 @@ class ReplayApi:
         stream = request.query.get("stream")
         stream = None if stream is None else _id(stream, "stream")
         limit = _int(request, "limit", 50, 1, openapi.MAX_PAGE)
-        before = _cursor(request.query.get("before"))
+        before = request.query.get("before")
+        before = None if before is None else _id(before, "before")
         if self.store is None:
             raise ApiError(503, "alerts are read from the projections only")
         try:
@@ -322,9 +328,7 @@ class ReplayApi:
                   "severity": r["severity"], "message": r["message"], "source": r["source"],
                   "timestamp": r["ts"].isoformat(), "details": json.loads(r["details"])}
                  for r in rows]
-        last = rows[-1] if rows else None
-        return _ok({"items": items, "next": f"{last['ts'].isoformat()}|{last['alert_id']}"
-                    if more and last is not None else None})
+        return _ok({"items": items, "next": rows[-1]["alert_id"] if more and rows else None})
 
     # -- live ------------------------------------------------------------------------------
 
@@ -340,6 +344,8 @@ class ReplayApi:
             await response.prepare(request)
             await response.write(b": subscribed\n\n")
             await _pump(response, listener)
+        except ConnectionError:
+            pass  # the client went away: nothing to answer
         finally:
             self.feed.unsubscribe(listener)
         return response
@@ -374,17 +380,3 @@ async def _pump(response: web.StreamResponse, listener: Listener) -> None:
             return
         data = _dumps(live.event.to_json())
         await response.write(f"id: {live.id}\nevent: ares.event\ndata: {data}\n\n".encode())
-
-
-def _cursor(raw: str | None) -> tuple[datetime, str] | None:
-    if raw is None:
-        return None
-    when, sep, alert_id = raw.partition("|")
-    try:
-        parsed = datetime.fromisoformat(when)
-    except ValueError:
-        parsed = None
-    if not sep or parsed is None or parsed.tzinfo is None or not alert_id \
-            or not _TEXT_RE.match(alert_id):
-        raise ApiError(400, "before must be the `next` of a previous page")
-    return parsed, alert_id

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -42,9 +42,6 @@ log = logging.getLogger(__name__)
 
 # Index entries closer than this (in offsets) are fetched as one range, not seek by seek.
 CLUSTER_GAP = 200
-# ``--at T`` bounds its tail scan at the log time T + this: an event is logged a moment
-# after it is sealed, and hosts' clocks differ a little.
-TIME_GRACE = timedelta(minutes=5)
 _FETCH_TIMEOUT_MS = 500
 _WARN_EVERY_S = 30.0
 
@@ -76,12 +73,6 @@ class RangeScanner:
 
     async def start_offset(self, tp: TopicPartition) -> int:
         return int((await self._consumer.beginning_offsets([tp]))[tp])
-
-    async def offset_at(self, tp: TopicPartition, at: datetime) -> int | None:
-        """The first offset whose log time is at or after ``at`` (None: none is)."""
-        found = await self._consumer.offsets_for_times({tp: int(at.timestamp() * 1000)})
-        hit = found.get(tp)
-        return None if hit is None else int(hit.offset)
 
     async def records(self, tp: TopicPartition, start: int, end: int | None = None,
                       key: bytes | None = None) -> AsyncIterator[ConsumerRecord]:
@@ -230,8 +221,10 @@ class KafkaStreamReader:
                     version, start = 0, None
             if start is None:
                 start = await scanner.start_offset(tp)
-            bound = await scanner.offset_at(tp, at + TIME_GRACE)
-            async for record in scanner.records(tp, start, bound, key):
+            # No log-time bound (offsets_for_times): "as of T" is by the events' own
+            # timestamps, which a writer may set (imported history), so only the first
+            # event after T ends the scan.
+            async for record in scanner.records(tp, start, key=key):
                 event = decode_or_skip(record)
                 if event is None or event.stream_id != stream_id:
                     continue

@@ -174,7 +174,8 @@ _PATHS: dict[str, Any] = {
          _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENTS_PAGE,
                           "default": 100}, "page size")], op_id="getStreamEvents")},
     "/streams/{stream_id}/state": {"get": _op(
-        "The folded state as of a version or a time (default: the latest); not both",
+        "The folded state as of a version, a time, or both (the earlier of the two); "
+        "the latest by default",
         _json(_ref("State"), "the state and the event that led to it"),
         [_STREAM, _query("version", _VERSION, "the state after this version"),
          _query("at", {"type": "string", "format": "date-time"},
@@ -188,8 +189,8 @@ _PATHS: dict[str, Any] = {
         _json(_ref("AlertPage"), "a page of alerts"),
         [_query("stream", dict(_ID), "only alerts of this stream"),
          _query("limit", _LIMIT, "page size"),
-         _query("before", {"type": "string", "maxLength": 512},
-                "the `next` of the previous page")], (400,), "listAlerts")},
+         _query("before", dict(_ID), "the `next` of the previous page")], (400,),
+        "listAlerts")},
     "/events/stream": {"get": {
         "summary": "Live events as Server-Sent Events (event `ares.event`, data: an Event, "
                    "id: partition-offset), from the subscription on, in log order",

@@ -222,15 +222,15 @@ class ProjectionStore:
             return rows
 
     async def alerts(self, limit: int, stream_id: str | None = None,
-                     before: tuple[datetime, str] | None = None) -> list[Any]:
-        """Newest first; ``before`` is the (ts, alert_id) of the last one of the page."""
+                     before: str | None = None) -> list[Any]:
+        """Newest first; ``before``: the id of the last alert of the previous page (an
+        unknown id ends the listing: an empty page)."""
         async with self.connection() as conn:
             rows: list[Any] = await conn.fetch(
                 "SELECT * FROM alerts WHERE ($1::text IS NULL OR stream_id = $1) AND "
-                "($2::timestamptz IS NULL OR (ts, alert_id) < ($2, $3)) "
-                "ORDER BY ts DESC, alert_id DESC LIMIT $4", stream_id,
-                None if before is None else before[0], None if before is None else before[1],
-                limit)
+                "($2::text IS NULL OR (ts, alert_id) < "
+                "(SELECT ts, alert_id FROM alerts WHERE alert_id = $2)) "
+                "ORDER BY ts DESC, alert_id DESC LIMIT $3", stream_id, before, limit)
             return rows
 
     async def heads(self, stream_ids: Sequence[str] | None = None) -> dict[str, tuple[int, str]]:

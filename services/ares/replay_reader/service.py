@@ -26,7 +26,7 @@ from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.live import LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
-from ares.replay_reader.wiring import Topics, projection_store
+from ares.replay_reader.wiring import CompactedSummaries, Topics, projection_store
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class ReplayReaderService:
         self._projector_store: ProjectionStore | None = None
         self._reader: KafkaStreamReader | None = None
         self._feed: LiveFeed | None = None
+        self._summaries: CompactedSummaries | None = None
         self._runner: web.AppRunner | None = None
         self._projector_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
@@ -73,9 +74,11 @@ class ReplayReaderService:
             self._projector_task = asyncio.create_task(self.projector.run(),
                                                        name="replay-projector")
             self._projector_task.add_done_callback(self._projector_ended)
+        self._summaries = CompactedSummaries(self.settings)
         self.api = ReplayApi(self.settings, self._reader, self._store, self._feed,
                              self.registry, snapshots_topic=topics.snapshots,
-                             ready=lambda: self._runner is not None)
+                             ready=lambda: self._runner is not None,
+                             summaries=self._summaries)
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False,
                                shutdown_timeout=5.0)
         await runner.setup()
@@ -120,6 +123,8 @@ class ReplayReaderService:
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
+        if self._summaries is not None:
+            await self._summaries.close()
         for store in (self._store, self._projector_store):
             if store is not None:
                 await store.close()

@@ -17,6 +17,7 @@ from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import takewhile
 from typing import Any
 
 from ares.agents import records as r
@@ -33,7 +34,12 @@ from ares.replay_reader.source import (
     anchor_for,
 )
 from ares.runtime_manager import lifecycle as lc
-from ares.runtime_manager.recovery import SnapshotInfo, StreamVerifier, VerificationFailure
+from ares.runtime_manager.recovery import (
+    Feed,
+    SnapshotInfo,
+    StreamVerifier,
+    VerificationFailure,
+)
 
 DEFAULT_PAGE_SIZE = 1000
 DEFAULT_CACHED_PAGES = 64
@@ -130,6 +136,9 @@ class ReplaySession:
         self.position = 0
         self._folder = StateFolder(stream_id, registry)
         self._verifier = StreamVerifier(stream_id)
+        self._checked = 0  # steps verified so far
+        self._failure: VerificationFailure | None = None
+        self._failure_step: int | None = None
         self._current: Event | None = None
 
     @classmethod
@@ -146,7 +155,13 @@ class ReplaySession:
         self.head = max(await self.source.head(self.stream_id), first[0].version)
         if first[0].version > 1:
             self.anchor = anchor_for(await self._summaries.summaries(self.stream_id), first[0])
+        self._verifier = self._new_verifier()
         self.reset()
+
+    def _new_verifier(self) -> StreamVerifier:
+        anchor = self.anchor
+        return StreamVerifier(self.stream_id, None if anchor is None else SnapshotInfo(
+            self.stream_id, anchor.to_version, anchor.anchor_hash, 0))
 
     # -- navigation ------------------------------------------------------------------------
 
@@ -166,25 +181,21 @@ class ReplaySession:
 
     @property
     def failure(self) -> VerificationFailure | None:
-        return self._verifier.failure
+        """The first integrity failure at or before the current step."""
+        if self._failure_step is not None and self._failure_step <= self.position:
+            return self._failure
+        return None
 
     def reset(self) -> None:
-        """Back to before the first step."""
+        """Back to before the first step (verdicts already reached are kept)."""
         self.position = 0
         self._current = None
         self._folder = StateFolder(self.stream_id, self.registry)
-        anchor = self.anchor
-        self._verifier = StreamVerifier(
-            self.stream_id,
-            None if anchor is None else SnapshotInfo(self.stream_id, anchor.to_version,
-                                                     anchor.anchor_hash, 0))
 
     async def step(self) -> ReplayStep | None:
         """One event forward; None at the end of the stream (the position stays)."""
-        event = await self._event(self.position + 1)
-        if event is None:
+        if not await self._advance(self.position + 1):
             return None
-        self._apply(event)
         return self._step()
 
     async def step_to(self, n: int) -> ReplayStep | None:
@@ -194,24 +205,16 @@ class ReplaySession:
             raise ValueError(f"step {n}: steps count from 0 (before the first event)")
         if n < self.position:
             self.reset()
-        while self.position < n:
-            event = await self._event(self.position + 1)
-            if event is None:
-                break
-            self._apply(event)
-        return self._step() if self.position else None
+        await self._advance(n)
+        return self.current()
 
     async def to_version(self, version: int) -> ReplayStep | None:
         """To just after the last event whose version is at most ``version`` (the state
         as of that version); None when no event is."""
         if self._current is not None and self._current.version > version:
             self.reset()
-        while True:
-            event = await self._event(self.position + 1)
-            if event is None or event.version > version:
-                break
-            self._apply(event)
-        return self._step() if self.position else None
+        await self._advance(None, max_version=version)
+        return self.current()
 
     async def back(self) -> ReplayStep | None:
         """One step back (a re-fold from the start); None before the first step."""
@@ -228,33 +231,66 @@ class ReplaySession:
     def current(self) -> ReplayStep | None:
         return self._step() if self.position else None
 
-    def _apply(self, event: Event) -> None:
-        self._verifier.feed(event)
-        self._folder.apply(event)
-        self._current = event
-        self.position += 1
+    async def _advance(self, target: int | None, max_version: int | None = None) -> bool:
+        """Fold forward, a page's run at a time, up to step ``target`` or the last event
+        of version ``max_version`` at most; whether the position moved."""
+        moved = False
+        while target is None or self.position < target:
+            index, offset = divmod(self.position, self._page_size)
+            page = await self._page(index)
+            run = [] if page is None else page[offset:]
+            if target is not None:
+                run = run[:target - self.position]
+            if max_version is not None:
+                run = list(takewhile(lambda e: e.version <= max_version, run))
+                stop = len(run) < len(page or ()) - offset
+            else:
+                stop = False
+            if not run:
+                return moved
+            await self._verify_to(self.position + len(run))
+            self._folder.apply_many(run)
+            self.position += len(run)
+            self._current = run[-1]
+            moved = True
+            if stop:
+                return moved
+        return moved
+
+    async def _verify_to(self, step: int) -> None:
+        """Verify the chain up to ``step``, a page's run at a time (one ``verify_chain``
+        per intact run). Verdicts are per step and kept across resets."""
+        while self._checked < step and self._failure is None:
+            index, offset = divmod(self._checked, self._page_size)
+            page = await self._page(index)
+            run = [] if page is None else page[offset:]
+            if not run:
+                return
+            verdicts = self._verifier.feed_many(run)
+            if self._verifier.failure is not None:
+                self._failure = self._verifier.failure
+                self._failure_step = self._checked + verdicts.index(Feed.FAILED) + 1
+            self._checked += len(run)
 
     def _step(self) -> ReplayStep:
         assert self._current is not None
-        return ReplayStep(self.position, self._current, self._folder.state(),
-                          self._verifier.failure)
+        return ReplayStep(self.position, self._current, self._folder.state(), self.failure)
 
     # -- summary ---------------------------------------------------------------------------
 
     async def summary(self) -> ReplaySummary:
         """Totals over the whole stream (a pass of its own: the position does not move)."""
         result = ReplaySummary(self.stream_id, summarised=self.anchor)
-        verifier = StreamVerifier(self.stream_id) if self.anchor is None else StreamVerifier(
-            self.stream_id, SnapshotInfo(self.stream_id, self.anchor.to_version,
-                                         self.anchor.anchor_hash, 0))
+        verifier = self._new_verifier()
         ledger_events: list[Event] = []
-        n = 0
-        while (event := await self._event(n + 1)) is not None:
-            n += 1
-            verifier.feed(event)
-            _count(result, event)
-            if event.type in _LEDGER_TYPES:
-                ledger_events.append(event)
+        index = 0
+        while page := await self._page(index):
+            verifier.feed_many(page)
+            for event in page:
+                _count(result, event)
+                if event.type in _LEDGER_TYPES:
+                    ledger_events.append(event)
+            index += 1
         result.failure = verifier.finish()
         result.tokens = token_ledger(ledger_events).to_json()
         return result

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from ares.compactor.reader import SummarisedReader, SummaryAnchors
 from ares.config import Settings
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.pg_store import DEFAULT_SCHEMA, ProjectionStore
+from ares.replay_reader.source import SummaryAnchor
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, load_topics
 
 ENV_SCHEMA = "ARES_PROJECTIONS_SCHEMA"
@@ -53,3 +55,23 @@ async def open_reader(settings: Settings, topics: Topics, *, schema: str | None 
     finally:
         if store is not None:
             await store.close()
+
+
+class CompactedSummaries:
+    """The ``SummarySource`` over ``ares.summaries`` (the compactor's), connected on first
+    use: only a stream whose log begins after version 1 ever asks, so an untrimmed log
+    costs nothing."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._reader: SummarisedReader | None = None
+
+    async def summaries(self, stream_id: str) -> list[SummaryAnchor]:
+        if self._reader is None:
+            self._reader = await SummarisedReader.open(self.settings)
+        return await SummaryAnchors(self._reader).summaries(stream_id)
+
+    async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await reader.close()
