@@ -50,7 +50,7 @@ from ares.events.routing import partition_for
 from ares.events.schemas import COMMAND, COMMAND_PAYLOADS, registry
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
-from tests.support.processes import ares_env, service
+from tests.support.processes import ares, ares_env, service
 from tests.support.runtime import read_stream
 
 MAX_RECORD = 16 * 1024
@@ -538,3 +538,64 @@ async def test_a_command_with_an_impossible_reply_to_is_either_applied_or_reject
                 if r.key == stream.encode()]
     assert applied != bool(lettered), (
         f"applied: {applied}, dead-lettered: {[dict(r.headers) for r in lettered]}")
+
+
+# -- hostile input on the command line ----------------------------------------------------
+
+DEEP = "[" * 5000 + "]" * 5000
+CLI_CASES = [  # (args, exit code, what the message must say)
+    (["events", "append", "fuzz-cli", "--type", "t", "--payload", "{bad"], 2,
+     "Invalid value for --payload: not valid JSON"),
+    (["events", "append", "fuzz-cli", "--type", "t", "--payload", "[1, 2]"], 2,
+     "must be a JSON object"),
+    (["events", "append", "fuzz-cli", "--type", "t", "--expected-version", "-5"], 2,
+     "-5 is not in the range x>=-1"),
+    (["agents", "task", "fuzz-cli", "--input", "{bad"], 2,
+     "Invalid value for --input: not valid JSON"),
+    (["agents", "start", "fuzz-cli", "--kind", "example.pipeline", "--config", "{bad"], 2,
+     "Invalid value for --config: not valid JSON"),
+    (["agents", "start", "fuzz-cli"], 2, "Missing option '--kind'"),
+    (["agents", "start", "fuzz-cli", "--kind", "example.pipeline", "--bogus-flag"], 2,
+     "No such option: --bogus-flag"),
+    (["chaos", "--faults", "-1"], 2, "-1 is not in the range x>=0"),
+    (["--bootstrap-servers", "nonsense", "agents", "status"], 2, "'nonsense' is not host:port"),
+    # Kinds are the workers' (plugins): the owner refuses, naming the kind.
+    (["agents", "start", "fuzz-cli-kind", "--kind", "no.such.kind"], 1, "no.such.kind"),
+    (["agents", "start", "fuzz-cli-conf", "--kind", "example.pipeline", "--config",
+      '{"bogus": 1}'], 1, "unknown setting(s) ['bogus']"),
+]
+CLI_BUGS = [  # the CLI crashes with a traceback instead of a usage error
+    (["agents", "task", "fuzz-cli", "--input", DEEP], 2, "Invalid value for --input"),
+    (["agents", "start", "fuzz-cli", "--kind", "example.pipeline", "--config",
+      '{"a": ' + DEEP + "}"], 2, "Invalid value for --config"),
+    (["events", "append", "fuzz-cli", "--type", "", "--payload", "{}"], 2,
+     "Invalid value for --type"),
+]
+
+
+def _cli(fuzz_settings: Settings, args: list[str]) -> tuple[int, str]:
+    env = ares_env(fuzz_settings, PARTITIONS, ARES_REQUEST_TIMEOUT_S="30")
+    result = ares(*args, env=env, timeout=120)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("args", "code", "says"), CLI_CASES,
+                         ids=[" ".join(a)[:50] for a, _, _ in CLI_CASES])
+def test_cli_input_is_validated_with_precise_messages(
+    fuzz_settings: Settings, plan: TopicPlan, owner: tuple[Any, Path], args: list[str],
+    code: int, says: str
+) -> None:
+    exit_code, output = _cli(fuzz_settings, args)
+    assert (exit_code, says in output, "Traceback" in output) == (code, True, False), output
+
+
+@pytest.mark.xfail(strict=True, reason="deep JSON and an empty --type reach Python's json/ "
+                   "NewEvent unguarded: a RecursionError/ValueError traceback, exit 1")
+@pytest.mark.parametrize(("args", "code", "says"), CLI_BUGS,
+                         ids=["deep --input", "deep --config", "empty --type"])
+def test_cli_hostile_input_is_a_usage_error_not_a_traceback(
+    fuzz_settings: Settings, plan: TopicPlan, args: list[str], code: int, says: str
+) -> None:
+    exit_code, output = _cli(fuzz_settings, args)
+    assert (exit_code, says in output, "Traceback" in output) == (code, True, False), \
+        output[-500:]
