@@ -26,13 +26,16 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Mapping, Sequence
+from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import asyncpg
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from fastavro import schemaless_reader
 
 from ares.config import Settings
-from ares.events.codec import default_codec
+from ares.events.codec import HEADER_SIZE, default_codec
 from ares.events.kafka_reader import new_consumer
 from ares.events.schemas import EVENT
 from ares.replay_reader.kafka_source import KafkaStreamReader
@@ -66,7 +69,7 @@ from bench.harness import (
     step_events,
     stream_ids,
 )
-from bench.read import SCAN_FETCH_MAX_WAIT_MS, _drain, consume
+from bench.read import SCAN_FETCH_MAX_WAIT_MS, consume
 
 TRANSACTION_SIZE = 20
 
@@ -210,11 +213,8 @@ async def measure_replay(settings: Settings, reader: KafkaStreamReader,
             watch = Stopwatch()
             count = 0
             for stream_id in sample:
-                tp = reader.tp(stream_id)
-                consumer.assign([tp])
-                consumer.seek(tp, first[stream_id])
-                count += await _drain(consumer, {tp: last[stream_id] + 1}, schema,
-                                      key=stream_id.encode())
+                count += await drain_range(consumer, reader.tp(stream_id), first[stream_id],
+                                           last[stream_id] + 1, stream_id.encode(), schema)
             raw_runs.append(watch.stop(count))
     finally:
         await consumer.stop()
@@ -249,9 +249,9 @@ async def measure_index(settings: Settings, indexed: KafkaStreamReader,
             for stream_id in sample:
                 tp = indexed.tp(stream_id)
                 consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
-                count += await _drain(consumer, await consumer.end_offsets([tp]), schema,
-                                      key=stream_id.encode())
+                start = (await consumer.beginning_offsets([tp]))[tp]
+                end = (await consumer.end_offsets([tp]))[tp]
+                count += await drain_range(consumer, tp, start, end, stream_id.encode(), schema)
             raw_runs.append(watch.stop(count))
     finally:
         await consumer.stop()
@@ -261,6 +261,27 @@ async def measure_index(settings: Settings, indexed: KafkaStreamReader,
         ceiling.to_dict(ours_scanning=scanned.to_dict()),
         what="read(stream) through the stream index vs a raw scan of the partition from its "
              "start (key filter + fastavro decode); ratio > 1: the index pays")
+
+
+async def drain_range(consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, stop: int,
+                      key: bytes, schema: dict[str, Any]) -> int:
+    """Raw aiokafka: the records of ``[start, stop)`` with ``key``, fastavro-decoded; a
+    fetch unpacks no more records than the range still holds (as our reader does)."""
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    count = 0
+    while (position := await consumer.position(tp)) < stop:
+        batch = await consumer.getmany(tp, timeout_ms=500,
+                                       max_records=min(stop - position, 10_000))
+        for record in batch.get(tp, ()):
+            if record.offset >= stop:
+                return count
+            if record.key == key:
+                body = BytesIO(record.value)
+                body.seek(HEADER_SIZE)
+                schemaless_reader(body, schema, None)
+                count += 1
+    return count
 
 
 async def _reads(reader: KafkaStreamReader, sample: Sequence[str]) -> Measurement:

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # Index entries closer than this (in offsets) are fetched as one range, not seek by seek.
 CLUSTER_GAP = 200
 _FETCH_TIMEOUT_MS = 500
+_MAX_RECORDS = 10_000
 _WARN_EVERY_S = 30.0
 
 
@@ -85,8 +86,12 @@ class RangeScanner:
             return
         consumer.assign([tp])
         consumer.seek(tp, start)
-        while await consumer.position(tp) < stop:
-            batch = await consumer.getmany(tp, timeout_ms=_FETCH_TIMEOUT_MS)
+        while (position := await consumer.position(tp)) < stop:
+            # At most what the range still holds: a fetch brings whole batches (up to
+            # megabytes past ``stop``), and unpacking records nobody reads is most of the
+            # cost of a short range.
+            batch = await consumer.getmany(tp, timeout_ms=_FETCH_TIMEOUT_MS,
+                                           max_records=min(stop - position, _MAX_RECORDS))
             for record in batch.get(tp, ()):
                 if record.offset >= stop:
                     return
