@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -34,14 +36,39 @@ def configure(level: str = "info", json_lines: bool = True) -> None:
     logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
 
 
+class _RecentErrors(logging.Handler):
+    """aiokafka's last errors, even when they are not shown: its "Unable to bootstrap" hides
+    why (a refused login, say), which only its log said."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: collections.deque[tuple[float, str]] = collections.deque(maxlen=20)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.created, record.getMessage()))
+
+
+_RECENT = _RecentErrors()
+logging.getLogger("aiokafka").addHandler(_RECENT)
+
+
+def recent_kafka_errors(within_s: float = 60.0) -> list[str]:
+    """aiokafka's errors of the last ``within_s`` seconds, oldest first."""
+    since = time.time() - within_s
+    return [message for created, message in _RECENT.messages if created >= since]
+
+
 @contextlib.contextmanager
 def quiet_aiokafka() -> Iterator[None]:
     """aiokafka logs every refused connection at ERROR: where our own error says it once
-    (a readiness poll, an unreachable broker), its retries are only noise."""
+    (a readiness poll, an unreachable broker), its retries are only noise. They are still
+    recorded (``recent_kafka_errors``), only not shown."""
     logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
+    previous = logger.propagate, logger.level
+    logger.propagate = False
+    logger.setLevel(min(previous[1] or logging.ERROR, logging.ERROR))
     try:
         yield
     finally:
-        logger.setLevel(previous)
+        logger.propagate, _ = previous
+        logger.setLevel(previous[1])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from aiokafka import AIOKafkaProducer
 
 from ares.config import Settings
@@ -32,8 +31,6 @@ from ares.topics import EVENTS
 from tests.support.kafka import applied_topics
 
 
-@pytest.mark.xfail(strict=True, reason="open_writer takes a partition over while a hanging "
-                   "transaction holds its LSO below the high watermark (see the module doc)")
 async def test_a_writer_refuses_a_partition_with_a_hanging_transaction(
     kafka_bootstrap: str,
 ) -> None:

@@ -515,9 +515,6 @@ async def test_nonsense_through_the_client_is_refused_and_dead_lettered(
     assert all(Command.decode(letter.value or b"").stream_id == stream for letter in letters)
 
 
-@pytest.mark.xfail(strict=True, reason="the owner runs a command, then fails to send its reply "
-                   "(reply_to names no partition) and dead-letters it as handler_error in the "
-                   "same transaction: applied AND rejected")
 async def test_a_command_with_an_impossible_reply_to_is_either_applied_or_rejected(
     client: Client, fuzz_settings: Settings, plan: TopicPlan
 ) -> None:
@@ -589,8 +586,6 @@ def test_cli_input_is_validated_with_precise_messages(
     assert (exit_code, says in output, "Traceback" in output) == (code, True, False), output
 
 
-@pytest.mark.xfail(strict=True, reason="deep JSON and an empty --type reach Python's json/ "
-                   "NewEvent unguarded: a RecursionError/ValueError traceback, exit 1")
 @pytest.mark.parametrize(("args", "code", "says"), CLI_BUGS,
                          ids=["deep --input", "deep --config", "empty --type"])
 def test_cli_hostile_input_is_a_usage_error_not_a_traceback(

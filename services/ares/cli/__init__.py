@@ -81,5 +81,5 @@ def main() -> None:
     # The CLI speaks for itself: aiokafka's retry chatter (a topic created a moment ago, a
     # broker restarting) is not for the user unless asked for (ARES_LOG_LEVEL=debug).
     if os.environ.get("ARES_LOG_LEVEL", "").lower() != "debug":
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        logging.getLogger("aiokafka").propagate = False  # still recorded for our errors
     sys.exit(run_cli(cli))

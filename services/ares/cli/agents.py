@@ -257,6 +257,8 @@ def _json_value(raw: str, flag: str, *, object_only: bool = False) -> Any:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=flag) from None
+    except RecursionError:
+        raise click.BadParameter("JSON nested too deeply", param_hint=flag) from None
     if object_only and not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object, e.g. '{\"reconcile\": false}'",
                                  param_hint=flag)

@@ -16,6 +16,8 @@ def _payload(raw: str) -> dict[str, object]:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+    except RecursionError:
+        raise click.BadParameter("JSON nested too deeply", param_hint="--payload") from None
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object, e.g. '{\"text\": \"hi\"}'",
                                  param_hint="--payload")
@@ -42,6 +44,11 @@ def append(ctx: click.Context, stream: str, event_type: str, payload: str, modul
     Exit codes: 3 version conflict (the message names expected and actual version),
     4 no owner answered in time (start one: ares run runtime-manager).
     """
+    if not event_type.strip():
+        raise click.BadParameter("an event needs a type, e.g. note.added", param_hint="--type")
+    if not module.strip():
+        raise click.BadParameter("say which service or subsystem emits the event",
+                                 param_hint="--module")
     event = NewEvent(type=event_type, module=module, payload=_payload(payload))
     settings = settings_of(ctx)
 

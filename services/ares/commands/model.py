@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -132,3 +132,14 @@ def decode_reply(data: bytes) -> Reply:
                  expected_version=record.get("expected_version"),
                  actual_version=record.get("actual_version"), message=record["message"],
                  timestamp=record["timestamp"])
+
+
+# Event metadata naming the command that caused an event: the audit trail of who asked.
+COMMAND_ID = "ares.command.id"
+COMMAND_ISSUER = "ares.command.issuer"
+
+
+def with_command_metadata(events: Sequence[NewEvent], command: Command) -> list[NewEvent]:
+    """``events`` stamped with the id and issuer of the command that caused them."""
+    stamp = {COMMAND_ID: command.id, COMMAND_ISSUER: command.issuer}
+    return [replace(e, metadata={**e.metadata, **stamp}) for e in events]

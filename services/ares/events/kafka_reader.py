@@ -63,8 +63,10 @@ class PartitionScanner:
     One consumer, one scan at a time (a lock): scans re-assign the consumer.
     """
 
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+    def __init__(self, consumer: AIOKafkaConsumer, settings: Settings | None = None) -> None:
         self._consumer = consumer
+        self._settings = settings or Settings()
+        self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
         self.undecodable = 0
 
@@ -78,10 +80,19 @@ class PartitionScanner:
         except KafkaError as exc:
             await consumer.stop()
             raise translate(exc, "connecting the event reader") from exc
-        return cls(consumer)
+        return cls(consumer, settings)
 
     async def close(self) -> None:
         await self._consumer.stop()
+        if self._uncommitted is not None:
+            await self._uncommitted.stop()
+
+    async def high_watermark(self, tp: TopicPartition) -> int:
+        """The end of the log, committed or not (a read_uncommitted view)."""
+        if self._uncommitted is None:
+            self._uncommitted = new_consumer(self._settings, isolation_level="read_uncommitted")
+            await self._uncommitted.start()
+        return int((await self._uncommitted.end_offsets([tp]))[tp])
 
     async def partitions(self, topic: str) -> int:
         """Partition count of ``topic``, or an error that says how to create it."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ares.config import Settings
-from ares.errors import AresError, SchemaError
+from ares.errors import AresError, IntegrityError, SchemaError
 from ares.events.codec import decode_event
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
@@ -205,6 +206,7 @@ async def open_writer(settings: Settings, topic: str, partition: int,
         raise translate(exc, f"taking over {topic}/{partition}") from exc
     tp = TopicPartition(topic, partition)
     try:
+        await _refuse_hanging_transaction(scanner, tp)
         start_offset, table = (None, StreamTable()) if plan_scan is None else await plan_scan()
         async for offset, event in scanner.scan(tp, start_offset):
             table.observe(event, offset)
@@ -218,3 +220,25 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     writer.committed_end = end
     writer.start()
     return writer
+
+
+# After init_transactions the previous owner's transaction is decided; what still holds
+# the last stable offset below the high watermark after this long is a hanging transaction.
+HANGING_TRANSACTION_WAIT_S = 10.0
+
+
+async def _refuse_hanging_transaction(scanner: PartitionScanner, tp: TopicPartition) -> None:
+    """Never write behind undecided records: a later commit marker of the same producer
+    would make them visible after our appends (two events with one version)."""
+    deadline = time.monotonic() + HANGING_TRANSACTION_WAIT_S
+    while True:
+        stable, high = await scanner.last_stable_offset(tp), await scanner.high_watermark(tp)
+        if stable >= high:
+            return
+        if time.monotonic() > deadline:
+            raise IntegrityError(
+                f"{tp.topic}/{tp.partition} has an undecided (hanging) transaction: its last "
+                f"stable offset {stable} stays below the high watermark {high}. Writing "
+                "now could interleave with it; abort it first (kafka-transactions.sh "
+                f"find-hanging / abort --topic {tp.topic} --partition {tp.partition})")
+        await asyncio.sleep(0.2)

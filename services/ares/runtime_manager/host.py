@@ -25,7 +25,13 @@ from ares import metrics
 from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.agents.host_api import AgentServices, TaskOutcome
 from ares.agents.registry import AgentRegistry
-from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
+from ares.commands.model import (
+    Command,
+    InvalidCommandError,
+    Reply,
+    ReplyStatus,
+    with_command_metadata,
+)
 from ares.config import Settings
 from ares.errors import AresError, FencedError
 from ares.events.kafka_reader import PartitionScanner
@@ -213,7 +219,7 @@ class AgentHost:
         handler = _HANDLERS.get(command.type)
         if handler is None:
             raise InvalidCommandError("unknown_command", f"no handler for {command.type!r}")
-        return await handler(self, tx, state, hosted, command)
+        return await handler(self, _Stamped(tx, command), state, hosted, command)
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -738,6 +744,25 @@ class AgentHost:
         from ares.events.routing import partition_for
 
         return partition_for(stream_id, self.plan.partitions)
+
+
+class _Stamped(Transaction):
+    """The owner's transaction, stamping every event a command causes with its id and
+    issuer (the audit trail of who asked for what)."""
+
+    def __init__(self, tx: Transaction, command: Command) -> None:
+        self._tx = tx
+        self._command = command
+
+    async def append(self, stream_id: str, events: Sequence[NewEvent],
+                     expected_version: int) -> int:
+        return await self._tx.append(stream_id, with_command_metadata(events, self._command),
+                                     expected_version)
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                   partition: int | None = None,
+                   headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        await self._tx.send(topic, value, key, partition, headers)
 
 
 # (kind, message, severity, details) of an alert that goes with an append.

@@ -24,7 +24,13 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from ares import metrics
-from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
+from ares.commands.model import (
+    Command,
+    InvalidCommandError,
+    Reply,
+    ReplyStatus,
+    with_command_metadata,
+)
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
 from ares.events.dlq import DeadLetter
@@ -329,6 +335,13 @@ class PartitionOwner:
             await tx.send(self.commands_topic, value, key=record.key, partition=home,
                           headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
             return
+        if command.reply_to is not None and not self._valid_reply_to(command.reply_to):
+            # Checked before anything runs: a command is either applied and answered, or
+            # rejected whole — never applied with its answer lost.
+            await self._dead_letter(tx, tp, record, "invalid_reply_to",
+                                    f"reply_to {command.reply_to!r} is not a partition of "
+                                    f"{self.replies_topic}")
+            return
         if command.expired(int(time.time() * 1000)):
             # Its sender gave up and said so (exit 4): running it now would surprise them.
             log.info("dropping expired command %s (%s for %s)", command.id, command.type,
@@ -347,7 +360,9 @@ class PartitionOwner:
         if command.type == "events.append":
             expected = int(command.payload["expected_version"])
             try:
-                version = await tx.append(command.stream_id, command.events(), expected)
+                version = await tx.append(command.stream_id,
+                                          with_command_metadata(command.events(), command),
+                                          expected)
             except ConflictError as exc:
                 return Reply(command.id, ReplyStatus.CONFLICT, command.stream_id,
                              exc.actual, exc.expected, exc.actual, str(exc))
@@ -364,13 +379,11 @@ class PartitionOwner:
             return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
                          message=str(exc))
 
+    def _valid_reply_to(self, reply_to: str) -> bool:
+        return reply_to.isdigit() and int(reply_to) < self.plan.topic(REPLIES).partitions
+
     async def _reply(self, tx: Transaction, command: Command, reply: Reply) -> None:
-        try:
-            partition = int(command.reply_to or "")
-        except ValueError:
-            log.warning("command %s: reply_to %r is not a partition of %s", command.id,
-                        command.reply_to, self.replies_topic)
-            return
+        partition = int(command.reply_to or "0")
         await tx.send(self.replies_topic, reply.encode(), key=command.id.encode(),
                       partition=partition)
 

@@ -177,8 +177,6 @@ async def test_the_runtime_manager_works_with_its_least_privilege_principal(
     _no_secret_in(secured, tail(runtime_manager, 100_000), "the runtime log")
 
 
-@pytest.mark.xfail(strict=True, reason="events do not record the issuer of the command that "
-                   "caused them (proposed: ares.command.issuer/ares.command.id metadata)")
 async def test_every_command_is_recorded_with_its_issuer(
     secured: Secured, runtime_manager: Path, client: Client
 ) -> None:
@@ -257,9 +255,6 @@ async def test_a_principal_without_acls_is_told_it_is_not_authorised(secured: Se
     assert "authorization" in message.lower()
 
 
-@pytest.mark.xfail(strict=True, reason="aiokafka reports a refused login as 'Unable to bootstrap' "
-                   "and ares translates it to 'the Kafka broker is unreachable ... start one "
-                   "with `ares dev up`': the refusal must say authentication failed")
 @pytest.mark.parametrize("who", ["no_credentials", "wrong_password"])
 async def test_a_refused_login_says_authentication_failed(secured: Secured, who: str) -> None:
     [message, *_] = await _attempt(secured, who, _plan(secured.settings(None)).name(COMMANDS))
