@@ -55,7 +55,15 @@ def audit() -> None:
 def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, as_json: bool,
            max_replay: int, schema: str | None, no_index: bool,
            progress: bool | None) -> None:
-    """Verify STREAM... (agent ids), or --all of them."""
+    """Verify STREAM... (agent ids), or --all of them.
+
+    \b
+    Checks the hash chain, contiguous versions, duplicates, undecodable and misrouted
+    records, and truncation against snapshots, partition checkpoints and the stream index.
+    The log is scanned in full, --max-replay events at a time.
+    Exit codes: 0 intact, 5 any finding (stream, version, what is wrong), 1 a named stream
+    has no trace anywhere, 2 usage, 4 broker unreachable.
+    """
     if bool(streams) == all_streams:
         raise click.UsageError("name the streams to verify, or --all (not both)")
     settings = settings_of(ctx)

@@ -67,7 +67,20 @@ def parse_time(value: str) -> datetime:
 def replay(ctx: click.Context, *, stream: str, to_step: int | None, at_time: str | None,
            show_summary: bool, all_steps: bool, as_json: bool, schema: str | None,
            no_index: bool, agent_specs: tuple[str, ...]) -> None:
-    """Replay STREAM (an agent id) event by event, with the folded state after each."""
+    """Replay STREAM (an agent id) event by event, with the folded state after each.
+
+    \b
+    On a terminal: interactive (Enter/n next, b back, j N jump, s summary, q quit).
+    Scripts:
+      --to N --json       the event and the state after step N
+      --at TIME --json    the state as of TIME (by the events' timestamps)
+      --summary [--json]  steps, time span, agents, modules, event types, tokens
+      --steps [--to N]    JSON Lines: every step with its event and state
+      --json              the state at the end of the stream
+    Every event is verified (versions, hash chain) as it is replayed.
+    Exit codes: 0 ok, 1 no such stream, 2 usage (or --to past the end), 4 broker
+    unreachable, 5 the replayed events fail the integrity check.
+    """
     modes = [m for m, on in (("--at", at_time is not None), ("--summary", show_summary),
                              ("--steps", all_steps)) if on]
     if len(modes) > 1 or (to_step is not None and {"--at", "--summary"} & set(modes)):
