@@ -65,12 +65,14 @@ async def schemathesis(base: str, tmp_path: Path, *extra: str,
     return proc.returncode or 0, out.decode()
 
 
+@pytest.mark.timeout(600)
 async def test_schemathesis_finds_nothing_against_the_openapi_document(
         api: str, tmp_path: Path) -> None:
     code, out = await schemathesis(api, tmp_path)
     assert code == 0, out[-6000:]
 
 
+@pytest.mark.timeout(600)
 async def test_schemathesis_on_real_agents_and_streams(api: str, tmp_path: Path) -> None:
     """Path ids pinned to an agent that exists, so every operation reaches its 200."""
     code, out = await schemathesis(

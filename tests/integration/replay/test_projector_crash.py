@@ -121,6 +121,7 @@ async def count(dsn: str, schema: str, table: str) -> int:
         await conn.close()
 
 
+@pytest.mark.timeout(900)  # 102,400 events written, then projected twice and rebuilt
 async def test_a_killed_projector_resumes_exactly_where_its_last_commit_left(
         big_log: tuple[Settings, TopicPlan], schema: str, tmp_path: Path) -> None:
     settings, _ = big_log
