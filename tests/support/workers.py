@@ -240,11 +240,13 @@ def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
                 agents: Sequence[str]) -> StepAudit:
     """No LLM step executed again once its ``llm.call`` was durable.
 
-    For every (agent, task, step): exactly one ``llm.call`` event; exactly one ledger line
-    from the incarnation that made it durable; none from a later incarnation (that would
-    be a re-execution of a recorded step). Lines from earlier incarnations are executions
-    lost with their worker before the append committed — at most one per agent and dead
-    incarnation: an agent runs its steps one at a time, each durable before the next.
+    For every (agent, task, step): exactly one ``llm.call`` event, and at least one ledger
+    line from the incarnation that made it durable; none from a later incarnation (a
+    re-execution of a recorded step). Other lines are executions lost before their append
+    committed: from an earlier incarnation (its worker died, or a zombie's step in flight),
+    at most one step per agent and incarnation, since an agent runs its steps one at a time,
+    each durable before the next; or from the same incarnation, redone after a rebalance
+    paused the agent mid-step (a pause starts no new incarnation).
     """
     audit = StepAudit()
     lines: dict[tuple[str, str, int], list[int]] = defaultdict(list)
@@ -259,7 +261,7 @@ def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
             if event.type == "llm.call":
                 step = int(str(event.payload["name"]).removeprefix("step-"))
                 durable[(str(event.payload["task_id"]), step)].append(incarnation)
-        lost: Counter[int] = Counter()
+        lost_steps: dict[int, set[tuple[str, int]]] = defaultdict(set)
         for (task, step), incs in durable.items():
             audit.durable += 1
             if len(incs) != 1:
@@ -267,19 +269,22 @@ def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
                 continue
             made = incs[0]
             ran = lines.get((agent, task, step), [])
-            if ran.count(made) != 1:
-                audit.problems.append(f"{agent} {task} step {step}: {ran.count(made)} ledger "
-                                      f"lines from incarnation {made}, which recorded it")
+            if made not in ran:
+                audit.problems.append(f"{agent} {task} step {step}: recorded by incarnation "
+                                      f"{made}, which has no ledger line of it")
             if later := [i for i in ran if i > made]:
                 audit.problems.append(f"{agent} {task} step {step}: executed again by "
                                       f"incarnation(s) {later} after incarnation {made} "
                                       "recorded it")
-            lost.update(i for i in ran if i < made)
-        for incarnation, count in lost.items():
-            audit.lost += count
-            if count > 1:
-                audit.problems.append(f"{agent}: incarnation {incarnation} lost {count} "
-                                      "executed steps (at most the one in flight)")
+            audit.lost += len(ran) - 1 if made in ran else len(ran)
+            for incarnation in ran:
+                if incarnation < made:
+                    lost_steps[incarnation].add((task, step))
+        for incarnation, steps in lost_steps.items():
+            if len(steps) > 1:
+                audit.problems.append(f"{agent}: incarnation {incarnation} lost {len(steps)} "
+                                      f"executed steps {sorted(steps)} (at most the one in "
+                                      "flight)")
         for (a, task, step), _ in lines.items():
             if a == agent and (task, step) not in durable:
                 audit.problems.append(f"{agent} {task} step {step}: executed, never recorded")
