@@ -1,7 +1,8 @@
 """Recovery never trusts anything over the log, on the real broker.
 
-* a corrupted snapshot (wrong hash, or garbage) is discarded and the agent recovers by full
-  replay with the same state;
+* a corrupted snapshot is never trusted: one with a wrong hash is discarded for a full
+  replay, one that is no snapshot at all is skipped for the previous one; either way the
+  agent recovers the state the log holds;
 * a tampered event (a forged copy of an existing event, or a forged successor) quarantines
   the agent with an ``integrity_failure`` alert instead of resuming it;
 * recovery from snapshots plus the tail builds exactly the state a full replay builds.
