@@ -17,7 +17,7 @@ from ares.cli.common import settings_of
 from ares.errors import ConfigError
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
-BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats")
+BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "java_clients")
 err = Console(stderr=True)
 
 
