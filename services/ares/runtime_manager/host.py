@@ -10,6 +10,7 @@ through the ``ResurrectionGuard``; recovery rebuilds agents from snapshots plus 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -165,6 +166,11 @@ class AgentHost:
         state = self.partitions.get(partition)
         if state is not None:
             await self._stop_agents(state.agents.values())
+            # A stopped incarnation's queued appends still commit (cancelling the caller
+            # does not withdraw its work item): wait for them, so every agent's journal
+            # holds all its committed events before it runs again.
+            with contextlib.suppress(AresError):
+                await state.writer.submit(_nothing)
 
     async def resume_partition(self, partition: int) -> None:
         """The partition came back after a rebalance: run its live agents again."""
@@ -799,6 +805,10 @@ class _IntegrityFailure(AresError):
     def __init__(self, kind: str, version: int, detail: str) -> None:
         super().__init__(f"{kind} at version {version}: {detail}")
         self.kind, self.version, self.detail = kind, version, detail
+
+
+async def _nothing(tx: Transaction) -> None:
+    """A work item that only waits its turn: everything queued before it has committed."""
 
 
 def _reply(command: Command, status: ReplyStatus, version: int = 0,

@@ -204,10 +204,25 @@ class PartitionOwner:
         keep the writers and the agents' state warm in case the partitions come back."""
         async with self._lock:
             self.ready.clear()
+            # A member expelled from the group (session expired: paused, partitioned) rejoins
+            # without a generation: meanwhile its partitions may have had another owner, who
+            # fenced its writers and appended. None of its warm state can be trusted.
+            expelled = self._expelled()
             for partition in partitions:
                 if (writer := self.writers.pop(partition, None)) is not None:
-                    self._suspended[partition] = writer
                     await self.host.suspend_partition(partition)
+                    if expelled:
+                        log.warning("partition %d: expelled from the group, its warm state "
+                                    "is dropped", partition)
+                        await self.host.release_partition(partition)
+                        await writer.stop()
+                    else:
+                        self._suspended[partition] = writer
+
+    def _expelled(self) -> bool:
+        # aiokafka resets the generation when the coordinator no longer knows the member.
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        return coordinator is not None and coordinator.generation < 0
 
     async def on_assigned(self, partitions: set[int]) -> None:
         async with self._lock:

@@ -163,8 +163,6 @@ async def test_sigkilled_worker_agents_resume_on_the_survivor(
           f"(session timeout {SESSION_TIMEOUT_MS} ms); {len(busy)} mid-task at the kill")
 
 
-@pytest.mark.xfail(strict=False, reason="bug (timing): a rebalance's warm resume may re-run a "
-                   "step whose append was still in flight (see the rebalance test below)")
 async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
     plan: tuple[Settings, TopicPlan], tmp_path: Path
 ) -> None:
@@ -247,10 +245,6 @@ async def test_an_idle_zombie_that_gets_its_partitions_back_serves_them(
     assert_streams_intact(fleet, agents)
 
 
-@pytest.mark.xfail(strict=False, reason="bug: PartitionOwner.on_assigned reuses the warm writers "
-                   "and agents of a member expelled from the group; the resumed agents' first "
-                   "append is fenced, they stop, and with no command for the partition nothing "
-                   "re-takes it (when the group gives the zombie its own partitions back)")
 async def test_a_zombie_mid_step_that_gets_its_partitions_back_finishes_the_work(
     plan: tuple[Settings, TopicPlan], tmp_path: Path
 ) -> None:
@@ -308,10 +302,6 @@ async def test_appends_queued_behind_a_fenced_transaction_fail_and_the_writer_st
             await scanner.close()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: AgentHost.suspend_partition cancels the agents but "
-                   "their queued appends still commit after resume_partition restarted them "
-                   "from journals without those events: a recorded step runs and is recorded "
-                   "again")
 async def test_agents_resumed_after_a_rebalance_do_not_redo_recorded_steps(
     kafka_bootstrap: str,
 ) -> None:
