@@ -227,11 +227,13 @@ class Codec:
         if writer.name != EVENT:
             raise CodecError("schema_mismatch", f"expected {EVENT}, got {writer.name}")
         r = self._read(writer, data, offset)
-        return Event(
+        event = Event(
             id=r["id"], stream_id=r["stream_id"], type=r["type"], module=r["module"],
             version=r["version"], timestamp=r["timestamp"], payload=self._payload_value(r),
             metadata=r["metadata"], prev_hash=r["prev_hash"], hash=r["hash"],
         )
+        object.__setattr__(event, "wire_body", data[offset:])
+        return event
 
     # -- internals -----------------------------------------------------------------------
 

@@ -59,6 +59,10 @@ class Event:
     metadata: Mapping[str, str]
     prev_hash: str
     hash: str
+    # The Avro body this event was decoded from (set by the codec, never by ``replace``:
+    # a changed event must be re-encoded to be checked). Lets a hash check skip the
+    # re-encoding: the writer hashed exactly these bytes, with an empty hash field.
+    wire_body: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape of `ares events read --json` (one object per line)."""
