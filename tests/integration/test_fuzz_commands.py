@@ -55,14 +55,14 @@ from tests.support.runtime import read_stream
 
 MAX_RECORD = 16 * 1024
 PARTITIONS = 4
-HOSTILE = int(os.environ.get("ARES_FUZZ_RECORDS", "11000"))  # ~9 % of them are valid
+HOSTILE = int(os.environ.get("ARES_FUZZ_RECORDS", "12000"))  # ~9 % valid: >= 10,000 hostile
 FLOOD_APPENDS = 1500
 FLOOD_TASKS = 300
 FLOOD_AGENT = "fuzz-flood-agent"
 FLOOD_STREAM = "fuzz-flood-stream"
 KNOWN_REASONS = {"bad_magic", "unknown_fingerprint", "truncated", "schema_mismatch",
                  "invalid_payload", "invalid_command", "unknown_command", "invalid_agent",
-                 "empty", "oversized", "key_mismatch", "handler_error"}
+                 "empty", "oversized", "key_mismatch", "handler_error", "invalid_reply_to"}
 
 REJECT = "reject"  # invalid by construction: must be dead-lettered
 EITHER = "either"  # a mutation that may still be a valid command
