@@ -114,3 +114,11 @@ async def test_a_completed_task_without_its_email_and_lost_acks_are_violations()
 async def test_audit_findings_are_violations() -> None:
     found = check({}, Acks(), [], [], audit_failures=["FAIL stream x: gap at 3"])
     assert found.violations == ["audit: FAIL stream x: gap at 3"]
+
+
+async def test_a_task_completed_twice_is_a_violation() -> None:
+    done = _e("task.completed", task_id="task-0001")
+    again = _e("task.completed", task_id="task-0001")
+    streams = await _log(chaos_agent_01=_agent_events(done, again))
+    assert [v.split(":")[0] for v in check(streams, _acks(), LLM, MAIL).violations] == [
+        "task_finished_twice"]

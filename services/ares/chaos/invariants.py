@@ -9,7 +9,8 @@ audit's findings. Output: ``violations``, one sentence each, empty when every pr
 3. versions contiguous from 1 and hash chains intact (here and in the audit);
 4. no completed step executed again and no e-mail sent twice (the ledgers, via the demo's
    ``build_report``), and every completed task's e-mail sent;
-5. every acknowledged task completed (or failed with a verdict), or surfaced in doubt;
+5. every acknowledged task completed (or failed with a verdict) exactly once, or surfaced
+   in doubt;
 6. no agent left dead without a verdict: every ``agent.dead`` is followed by its
    resurrection, a quarantine (alerted) or a stop.
 """
@@ -149,6 +150,9 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
             assigned.add(str(p.get("task_id")))
         elif event.type in ("task.completed", "task.failed"):
             task_id = str(p.get("task_id"))
+            if task_id in done:
+                bad.add("task_finished_twice", f"{agent_id}/{task_id}: a second {event.type} "
+                                               f"at version {event.version}")
             done.add(task_id)
             if event.type == "task.completed":
                 found.tasks_completed += 1
