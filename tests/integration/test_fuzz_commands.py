@@ -445,7 +445,7 @@ async def _produce(settings: Settings, plan: TopicPlan,
     """Send every record; where each landed (partition, offset)."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
                                 enable_idempotence=True, linger_ms=20,
-                                max_request_size=4 * MAX_RECORD)
+                                max_request_size=1_048_576)
     await producer.start()
     try:
         placed: list[tuple[int, int]] = []
