@@ -319,7 +319,7 @@ def measure_codec(news: Mapping[str, Sequence[NewEvent]],
     schemaless_writer(check, schema, datums[0])
     sha = best_of(CODEC_REPEATS, len(pairs), sha256).to_dict()
     part = section(
-        "append.codec", "events_per_s", best_of(CODEC_REPEATS, len(pairs), ours).to_dict(),
+        "append.codec", "events_per_cpu_s", best_of(CODEC_REPEATS, len(pairs), ours).to_dict(),
         best_of(CODEC_REPEATS, len(pairs), fastavro_encode).to_dict(
             sha256_cpu_us_per_event=sha["cpu_us_per_event"],
             same_bytes=check.getvalue() == bodies[0]),

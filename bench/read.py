@@ -163,11 +163,10 @@ async def measure_replay(settings: Settings, topic: str, partitions: int,
         await reader.close()
 
     ours, ceiling, raw = combine(ours_runs), combine(ceiling_runs), combine(raw_runs)
-    ours_figures = ours.to_dict(events_per_cpu_s=_per_cpu_s(ours))
+    ours_figures = ours.to_dict()
     part = section(
         "read", "events_per_s", ours_figures,
-        ceiling.to_dict(events_per_cpu_s=_per_cpu_s(ceiling),
-                        consume_only=raw.to_dict(events_per_cpu_s=_per_cpu_s(raw))),
+        ceiling.to_dict(consume_only=raw.to_dict()),
         target=REPLAY_RATIO_TARGET,
         what="replay: KafkaEventStore.read_all() (non-owner) vs raw aiokafka read_committed "
              "consume of all partitions + fastavro decode",
@@ -249,11 +248,6 @@ async def measure_stream_reads(settings: Settings, topic: str, sample: Sequence[
         what="read(stream) by the partition owner, streams one after another, vs raw seek to "
              "the stream's first offset + consume to the end + key filter + fastavro decode",
     )
-
-
-def _per_cpu_s(m: Measurement) -> float:
-    """Events per second of client CPU: the rate one saturated core would sustain."""
-    return round(m.events / m.cpu_s, 1) if m.cpu_s else 0.0
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
