@@ -53,23 +53,9 @@ async def drain(
     bootstrap: str, topic: str, *, isolation_level: str, partitions: int = 1
 ) -> list[bytes]:
     """Every record value of ``topic`` up to the end, read with the given isolation level."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        values: list[bytes] = []
-        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
-            batch = await consumer.getmany(*tps, timeout_ms=1000)
-            for records in batch.values():
-                values.extend(r.value for r in records)
-        return values
-    finally:
-        await consumer.stop()
+    records = await drain_records(bootstrap, topic, partitions=partitions,
+                                  isolation_level=isolation_level)
+    return [r.value for r in records]
 
 
 @asynccontextmanager
