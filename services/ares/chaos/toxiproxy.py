@@ -85,7 +85,8 @@ class ToxiproxyServer:
             self.proc = subprocess.Popen(
                 [str(self.binary), "-host", "127.0.0.1", "-port", str(self.port)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                # Its default debug level logs every connection: megabytes a minute here.
+                env={**os.environ, "LOG_LEVEL": "warn"}, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not pid_alive(self.proc.pid):
