@@ -322,6 +322,9 @@ class PartitionOwner:
         except SchemaError as exc:
             await self._dead_letter(tx, tp, record, _reason(exc, "invalid_command"),
                                     _detail(exc))
+        except RecursionError:  # JSON nested deeper than Python parses: bad input, no bug
+            await self._dead_letter(tx, tp, record, "invalid_payload",
+                                    "JSON nested too deeply to parse")
         except Exception as exc:  # a bug must not lose the command or stop the owner
             log.exception("command at %s/%d@%d failed", tp.topic, tp.partition, record.offset)
             await self._dead_letter(tx, tp, record, "handler_error",

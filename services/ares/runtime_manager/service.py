@@ -7,10 +7,12 @@ import socket
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
 from ares.config import Settings
+from ares.events.kafka_errors import translate
 from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
@@ -53,7 +55,12 @@ class RuntimeManager:
         self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
                                           **self.settings.kafka_options(),
                                           linger_ms=5, acks=1)
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except KafkaError as exc:  # one clear message (exit 4), not a traceback
+            await self._producer.stop()
+            self._producer = None
+            raise translate(exc, "starting the runtime manager") from exc
         self.heartbeats = HeartbeatEmitter(
             self._producer, self._heartbeat_topic, self.worker_id, self._heartbeat_interval_s,
             partitions=lambda: list(self.owner.writers), beats=self.host.beats)
