@@ -41,6 +41,8 @@ class Settings:
     kafka_ssl_ca_file: str | None = None
     kafka_ssl_cert_file: str | None = None
     kafka_ssl_key_file: str | None = None
+    # Who may send which command to which agents (ares.commands.policy); "" lets anyone.
+    command_issuers: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -61,6 +63,7 @@ class Settings:
             "kafka_ssl_ca_file": env.get("ARES_KAFKA_SSL_CA_FILE") or None,
             "kafka_ssl_cert_file": env.get("ARES_KAFKA_SSL_CERT_FILE") or None,
             "kafka_ssl_key_file": env.get("ARES_KAFKA_SSL_KEY_FILE") or None,
+            "command_issuers": env.get("ARES_COMMAND_ISSUERS", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -97,6 +100,9 @@ class Settings:
         if self.request_timeout_s <= 0:
             raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
         self._validate_kafka_security()
+        from ares.commands.policy import IssuerPolicy
+
+        IssuerPolicy.parse(self.command_issuers)  # a bad rule fails at start-up, named
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")

@@ -31,6 +31,8 @@ from ares.commands.model import (
     ReplyStatus,
     with_command_metadata,
 )
+from ares.commands.policy import SETTING as ISSUERS_SETTING
+from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
 from ares.events.dlq import DeadLetter
@@ -132,6 +134,7 @@ class PartitionOwner:
         self.writers: dict[int, PartitionWriter] = {}
         self.ready = asyncio.Event()
         self.dead_letters = 0
+        self.issuers = IssuerPolicy.parse(settings.command_issuers)
         self._instance_id = instance_id
         # Our member's client id in the group: the worker id other members see.
         self.client_id = client_id or instance_id or "ares-runtime"
@@ -352,6 +355,18 @@ class PartitionOwner:
             # A producer with another partitioner (librdkafka's default): forward, never drop.
             await tx.send(self.commands_topic, value, key=record.key, partition=home,
                           headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
+            return
+        if self.issuers is not None and not self.issuers.allows(
+                command.issuer, command.stream_id, command.type):
+            # Before anything runs, like a bad reply_to: refused whole, with the evidence.
+            await self._dead_letter(tx, tp, record, "unauthorised_issuer",
+                                    f"issuer {command.issuer!r} may not send {command.type} "
+                                    f"to {command.stream_id!r} ({ISSUERS_SETTING})")
+            if command.reply_to is not None and self._valid_reply_to(command.reply_to):
+                await self._reply(tx, command, Reply(
+                    command.id, ReplyStatus.REJECTED, command.stream_id,
+                    message=f"issuer {command.issuer!r} may not send {command.type} to "
+                            f"{command.stream_id!r}"))
             return
         if command.reply_to is not None and not self._valid_reply_to(command.reply_to):
             # Checked before anything runs: a command is either applied and answered, or
