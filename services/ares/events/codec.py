@@ -33,6 +33,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
 from ares.errors import SchemaError
+from ares.events.envelope import EnvelopeWriter
 from ares.events.model import Event
 from ares.events.schemas import (
     COMMAND,
@@ -122,6 +123,9 @@ class Codec:
         if fields[-1]["name"] != "hash" or fields[-1]["type"] != "string":
             # chain.seal_encoded splices the hash into the body: it must be the last field.
             raise SchemaError(f"{self._event.path}: 'hash' must be the last field of {EVENT}")
+        # Writes bodies with JSON payloads without fastavro (the append path); None when the
+        # Event schema is not the shape it knows.
+        self._envelope = EnvelopeWriter.of(self._event.parsed)
         # Reader schema per writer fingerprint; None when the writer is current (no resolution).
         self._readers: dict[bytes, Schema | None] = {}
         for fp, sf in self.schemas.by_fingerprint.items():
@@ -221,6 +225,25 @@ class Codec:
             "hash": hash_,
         }
         return self._write(schema or self._event, datum)
+
+    def unhashed_body(self, *, id: str, stream_id: str, type: str, module: str, version: int,
+                      timestamp: datetime, prepared: PreparedPayload,
+                      metadata: Mapping[str, str], prev_hash: str) -> bytes:
+        """The canonical body of an event being sealed, without its last byte (the empty
+        ``hash`` string): what the hash covers is this plus ``00``, what goes on the wire is
+        this plus the hash. ``metadata`` as ``normalize_metadata`` returns it."""
+        if prepared.record == JSON_PAYLOAD and self._envelope is not None:
+            try:
+                return self._envelope.unhashed(
+                    id=id, stream_id=stream_id, type=type, module=module, version=version,
+                    timestamp_us=_micros(timestamp), payload_json=prepared.datum["json"],
+                    metadata=metadata, prev_hash=prev_hash)
+            except (AttributeError, TypeError, ValueError) as e:
+                raise CodecError("invalid_payload", f"{EVENT}: {e}") from e
+        draft = Event(id=id, stream_id=stream_id, type=type, module=module, version=version,
+                      timestamp=timestamp, payload=prepared.value, metadata=metadata,
+                      prev_hash=prev_hash, hash="")
+        return self.event_body(draft, prepared=prepared)[:-1]
 
     def decode_event(self, data: bytes) -> Event:
         writer, offset = self.wire.writer_of(data)

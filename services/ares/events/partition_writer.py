@@ -14,11 +14,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError
@@ -38,39 +38,64 @@ def transactional_id(events_topic: str, partition: int) -> str:
 
 
 class Transaction:
-    """What a work item may do inside the writer's current transaction."""
+    """What a work item may do inside the writer's current transaction.
+
+    Appended events are staged in record batches of our own and handed to the producer
+    whole (``send_batch``) when the work items are done: one closed batch per group of
+    appends instead of one ``send`` per event, so the producer neither lingers on an open
+    batch nor pays its per-record bookkeeping.
+    """
 
     def __init__(self, writer: PartitionWriter) -> None:
         self._writer = writer
         # Heads before this transaction of every stream it appends to, to undo an abort.
         self.saved: dict[str, StreamState | None] = {}
-        self._sends: list[tuple[AppendPlan, list[asyncio.Future[Any]]]] = []
+        # Each staged append with the place of each of its records: (batch, relative offset).
+        self._staged: list[tuple[AppendPlan, list[tuple[int, int]]]] = []
+        self._batches: list[BatchBuilder] = []
+        self._sent: list[asyncio.Future[Any]] = []
 
     async def append(self, stream_id: str, events: Sequence[NewEvent],
                      expected_version: int) -> int:
-        """Check, seal and send an append; raises ConflictError etc. for this item only."""
+        """Check, seal and stage an append; raises ConflictError etc. for this item only."""
+        return self.stage(stream_id, events, expected_version)
+
+    def stage(self, stream_id: str, events: Sequence[NewEvent], expected_version: int) -> int:
+        """``append`` without a coroutine: the writer's own fast path."""
         writer = self._writer
-        plan = writer.table.plan(stream_id, events, expected_version)
+        table = writer.table
+        plan = table.plan(stream_id, events, expected_version)
         if plan.is_noop:
             return plan.version
         encoded = plan.encoded
+        limit = writer.max_record_bytes
         for event, value in zip(plan.events, encoded, strict=True):
-            if len(value) > writer.max_record_bytes:
+            if len(value) > limit:
                 raise RecordTooLargeError(
                     f"event {event.type!r} of stream {stream_id!r} encodes to {len(value)} "
-                    f"bytes, over the {writer.max_record_bytes}-byte limit (ARES_MAX_RECORD_BYTES)"
+                    f"bytes, over the {limit}-byte limit (ARES_MAX_RECORD_BYTES)"
                 )
         if stream_id not in self.saved:
-            self.saved.update(writer.table.save([stream_id]))
-        writer.table.apply(plan)
+            self.saved.update(table.save([stream_id]))
+        table.apply(plan)
         key = stream_id.encode()
-        futures = [
-            await writer.producer.send(writer.topic, value, key=key, partition=writer.partition,
-                                       headers=[("ares.type", e.type.encode())])
-            for e, value in zip(plan.events, encoded, strict=True)
-        ]
-        self._sends.append((plan, futures))
+        places = [self._add(key, value, [("ares.type", event.type.encode())])
+                  for event, value in zip(plan.events, encoded, strict=True)]
+        self._staged.append((plan, places))
         return plan.version
+
+    def _add(self, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> tuple[int, int]:
+        if self._batches:
+            placed = self._batches[-1].append(timestamp=None, key=key, value=value,
+                                              headers=headers)
+            if placed is not None:
+                return len(self._batches) - 1, placed.offset
+        batch = self._writer.producer.create_batch()
+        self._batches.append(batch)
+        placed = batch.append(timestamp=None, key=key, value=value, headers=headers)
+        if placed is None:  # aiokafka takes any first record; never seen
+            raise RecordTooLargeError(f"a {len(value)}-byte record does not fit a record batch")
+        return len(self._batches) - 1, placed.offset
 
     async def send(self, topic: str, value: bytes, key: bytes | None = None,
                    partition: int | None = None,
@@ -81,21 +106,47 @@ class Transaction:
     async def commit_offsets(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
         await self._writer.producer.send_offsets_to_transaction(offsets, group_id)
 
+    async def flush(self) -> None:
+        """Hand the staged batches to the producer. A closed batch is drained at once
+        (no ``linger_ms``)."""
+        writer = self._writer
+        for batch in self._batches:
+            batch.close()
+            self._sent.append(await writer.producer.send_batch(batch, writer.topic,
+                                                               partition=writer.partition))
+        self._batches.clear()
+
     async def offsets(self) -> list[tuple[AppendPlan, list[int]]]:
-        """Log offsets of every appended event (known once the batch is acknowledged)."""
-        return [(plan, [(await f).offset for f in futures]) for plan, futures in self._sends]
+        """Log offsets of every appended event, once the broker acknowledged the batches.
+
+        Awaited *before* the commit: aiokafka's commit waits for the batches but does not
+        look at their outcome, so a rejected batch must stop the commit here.
+        """
+        bases = [(await sent).offset for sent in self._sent]
+        return [(plan, [bases[batch] + relative for batch, relative in places])
+                for plan, places in self._staged]
+
+    def forget(self) -> None:
+        """Retrieve the outcome of batches of a failed transaction (asyncio would warn)."""
+        for sent in self._sent:
+            if sent.done() and not sent.cancelled():
+                sent.exception()
 
 
 WorkItem = Callable[[Transaction], Awaitable[Any]]
 
 
-@dataclass(slots=True)
-class _Pending:
-    work: WorkItem
-    result: asyncio.Future[Any] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    submitted: float = field(default_factory=time.monotonic)
+class _Queued:
+    """One submitted item: an append (the fast path) or any other work item."""
+
+    __slots__ = ("append", "result", "submitted", "work")
+
+    def __init__(self, work: WorkItem | None, append: tuple[str, Sequence[NewEvent], int] | None,
+                 result: asyncio.Future[Any]) -> None:
+        self.work = work
+        self.append = append
+        self.result = result
+        self.submitted = time.monotonic()
 
 
 class PartitionWriter:
@@ -113,7 +164,8 @@ class PartitionWriter:
         # Called after each commit with every append it made visible, and their offsets:
         # the host reacts to committed events only (an aborted append never happened).
         self.listeners: list[Callable[[AppendPlan, list[int]], None]] = []
-        self._queue: list[_Pending] = []
+        self._queue: list[_Queued] = []
+        self._appended = metrics.EVENTS_APPENDED.labels(str(partition))
         self._wakeup = asyncio.Event()
         self._fenced: FencedError | None = None
         self._task: asyncio.Task[None] | None = None
@@ -132,9 +184,9 @@ class PartitionWriter:
             await self.producer.stop()
 
     def _fail_queued(self, error: BaseException) -> None:
-        for pending in self._queue:
-            if not pending.result.done():
-                pending.result.set_exception(error)
+        for queued in self._queue:
+            if not queued.result.done():
+                queued.result.set_exception(error)
         self._queue.clear()
 
     @property
@@ -143,19 +195,21 @@ class PartitionWriter:
 
     async def submit(self, work: WorkItem) -> Any:
         """Run ``work`` inside the next transaction; its result once that commits."""
-        if self._fenced is not None:
-            raise self._fenced
-        pending = _Pending(work)
-        self._queue.append(pending)
-        self._wakeup.set()
-        return await pending.result
+        return await self._enqueue(work, None)
 
     async def append(self, stream_id: str, events: Sequence[NewEvent],
                      expected_version: int) -> int:
-        async def work(tx: Transaction) -> int:
-            return await tx.append(stream_id, events, expected_version)
+        """Append to a stream of this partition; the new version once committed."""
+        return int(await self._enqueue(None, (stream_id, events, expected_version)))
 
-        return int(await self.submit(work))
+    def _enqueue(self, work: WorkItem | None,
+                 append: tuple[str, Sequence[NewEvent], int] | None) -> asyncio.Future[Any]:
+        if self._fenced is not None:
+            raise self._fenced
+        queued = _Queued(work, append, asyncio.get_running_loop().create_future())
+        self._queue.append(queued)
+        self._wakeup.set()
+        return queued.result
 
     async def _run(self) -> None:
         while True:
@@ -174,48 +228,59 @@ class PartitionWriter:
                 except Exception as exc:  # a client bug must not hang every append
                     log.exception("writer of %s/%d: transaction failed unexpectedly",
                                   self.topic, self.partition)
-                    for pending in batch:
-                        if not pending.result.done():
-                            pending.result.set_exception(
+                    for queued in batch:
+                        if not queued.result.done():
+                            queued.result.set_exception(
                                 AresError(f"append failed: {type(exc).__name__}: {exc}"))
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _commit(self, batch: list[_Queued]) -> None:
         tx = Transaction(self)
-        outcomes: list[tuple[_Pending, Any, BaseException | None]] = []
+        outcomes: list[tuple[_Queued, Any, BaseException | None]] = []
         try:
             await self.producer.begin_transaction()
-            for pending in batch:
+            for queued in batch:
                 try:
-                    outcomes.append((pending, await pending.work(tx), None))
-                except AresError as exc:  # this item's own failure (conflict, too large...)
-                    outcomes.append((pending, None, exc))
+                    if queued.append is not None:
+                        value = tx.stage(*queued.append)
+                    else:
+                        assert queued.work is not None
+                        value = await queued.work(tx)
+                except (AresError, ValueError) as exc:  # this item's own failure (conflict,
+                    outcomes.append((queued, None, exc))  # too large, a bad argument...)
+                else:
+                    outcomes.append((queued, value, None))
+            await tx.flush()
             written = await tx.offsets()
             await self.producer.commit_transaction()
         except (KafkaError, TimeoutError) as exc:
+            tx.forget()
             await self._fail(batch, tx, exc)
             return
         metrics.TRANSACTIONS.labels("committed").inc()
-        label = str(self.partition)
+        table = self.table
         for plan, offsets in written:
-            metrics.EVENTS_APPENDED.labels(label).inc(len(offsets))
-            self.table.set_first_offset(plan.stream_id, offsets[0])
-            self.committed_end = max(self.committed_end, offsets[-1] + 1)
+            self._appended.inc(len(offsets))
+            table.set_first_offset(plan.stream_id, offsets[0])
+            if offsets[-1] >= self.committed_end:
+                self.committed_end = offsets[-1] + 1
             for listener in self.listeners:
                 try:
                     listener(plan, offsets)
                 except Exception:  # a listener's bug must not fail appends that committed
                     log.exception("commit listener failed on stream %s", plan.stream_id)
         now = time.monotonic()
-        for pending, value, error in outcomes:
-            metrics.APPEND_LATENCY.observe(now - pending.submitted)
-            if pending.result.done():
+        latency = metrics.APPEND_LATENCY
+        for queued, value, error in outcomes:
+            latency.observe(now - queued.submitted)
+            result = queued.result
+            if result.done():
                 continue
             if error is None:
-                pending.result.set_result(value)
+                result.set_result(value)
             else:
-                pending.result.set_exception(error)
+                result.set_exception(error)
 
-    async def _fail(self, batch: list[_Pending], tx: Transaction, exc: BaseException) -> None:
+    async def _fail(self, batch: list[_Queued], tx: Transaction, exc: BaseException) -> None:
         error = translate(exc, f"append to {self.topic}/{self.partition}")
         metrics.TRANSACTIONS.labels("fenced" if isinstance(error, FencedError)
                                     else "aborted").inc()
@@ -227,6 +292,6 @@ class PartitionWriter:
         else:
             with contextlib.suppress(KafkaError):
                 await self.producer.abort_transaction()
-        for pending in batch:
-            if not pending.result.done():
-                pending.result.set_exception(error)
+        for queued in batch:
+            if not queued.result.done():
+                queued.result.set_exception(error)

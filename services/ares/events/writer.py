@@ -97,6 +97,16 @@ class StreamTable:
         return AppendPlan(stream_id, tuple(sealed), head.version, tuple(encoded))
 
     def _retry_version(self, stream_id: str, events: Sequence[NewEvent]) -> int | None:
+        if len(events) == 1:  # the common append: one lookup
+            known_one = self._recent_ids.get(events[0].id)
+            if known_one is None:
+                return None
+            if known_one[0] != stream_id:
+                raise DuplicateEventError(
+                    f"stream {stream_id!r}: event {events[0].id} was already appended to "
+                    f"stream {known_one[0]!r}"
+                )
+            return known_one[1]
         ids = [e.id for e in events]
         if len(set(ids)) != len(ids):
             raise DuplicateEventError(f"stream {stream_id!r}: one append repeats an event id")
