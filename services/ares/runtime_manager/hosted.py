@@ -31,6 +31,7 @@ from ares.runtime_manager.lifecycle import (
     TASK_COMPLETED,
     TASK_FAILED,
     AgentLifecycle,
+    Folder,
     fold,
 )
 
@@ -87,6 +88,48 @@ class HostedAgent:
         if event.type in (TASK_ASSIGNED, TOOL_RESOLVED):
             if event.type == TOOL_RESOLVED:
                 self.paused_task = None
+            self.wakeup.set()
+
+    def replay(self, events: Sequence[Event], offsets: Sequence[int]) -> None:
+        """``on_event(event, offset, apply=False)`` for each of consecutive verified events
+        of a recovery, with the same result: one lifecycle ``Folder`` for the run instead of
+        a frozen lifecycle per event (a ``dataclasses.replace`` each, most of the per-event
+        cost of a replay), and the journal tracked from the folder's open tasks."""
+        if not events:
+            return
+        folder = Folder(self.lifecycle)
+        open_events = self.open_events
+        journal_from = self.journal_from_offset
+        woken = resolved = False
+        for event, offset in zip(events, offsets, strict=True):
+            folder.apply(event)
+            event_type = event.type
+            # track_journal, inlined: it reads the open tasks after each event.
+            if event_type == TASK_ASSIGNED:
+                if not open_events:
+                    journal_from = offset
+                open_events.append(event)
+                woken = True
+            elif folder.has_pending:
+                open_events.append(event)
+            elif event_type in (TASK_COMPLETED, TASK_FAILED):
+                open_events.clear()
+                journal_from = None
+            if event_type == TOOL_RESOLVED:
+                woken = resolved = True
+        self.lifecycle = lifecycle = folder.freeze()
+        self.journal_from_offset = journal_from
+        last = events[-1]
+        self.last_offset = offsets[-1]
+        self.last_hash = last.hash
+        self.events_since_snapshot += len(events)
+        assert self.beat is not None
+        self.beat.version = last.version
+        self.beat.incarnation = lifecycle.incarnation
+        self.beat.status = lifecycle.status.value
+        if resolved:
+            self.paused_task = None
+        if woken:
             self.wakeup.set()
 
     def track_journal(self, event: Event, offset: int | None) -> None:

@@ -188,14 +188,14 @@ def clear_resurrecting(state: AgentLifecycle) -> AgentLifecycle:
 
 def fold(state: AgentLifecycle, event: Event) -> AgentLifecycle:
     """The state after ``event``. Pure and total; see the module docstring."""
-    folder = _Folder(state)
+    folder = Folder(state)
     folder.apply(event)
     return folder.freeze()
 
 
 def fold_all(state: AgentLifecycle, events: Iterable[Event]) -> AgentLifecycle:
     """``fold`` over ``events``, without an intermediate state per event (replay path)."""
-    folder = _Folder(state)
+    folder = Folder(state)
     for event in events:
         folder.apply(event)
     return folder.freeze()
@@ -203,18 +203,19 @@ def fold_all(state: AgentLifecycle, events: Iterable[Event]) -> AgentLifecycle:
 
 def from_events(events: Iterable[Event], agent_id: str | None = None) -> AgentLifecycle:
     """The state of a stream from its first event (or of an empty ``agent_id`` stream)."""
-    folder: _Folder | None = None if agent_id is None else _Folder(AgentLifecycle(agent_id))
+    folder: Folder | None = None if agent_id is None else Folder(AgentLifecycle(agent_id))
     for event in events:
         if folder is None:
-            folder = _Folder(AgentLifecycle(event.stream_id))
+            folder = Folder(AgentLifecycle(event.stream_id))
         folder.apply(event)
     if folder is None:
         raise ValueError("from_events needs an agent_id when there are no events")
     return folder.freeze()
 
 
-class _Folder:
-    """A mutable copy of one state; ``fold`` and ``fold_all`` share this one code path.
+class Folder:
+    """A mutable copy of one state; ``fold``, ``fold_all`` and recovery's replay
+    (``HostedAgent.replay``) share this one code path.
 
     The task containers are copied on first write only, so a replay of n task events costs
     O(n), not O(n^2) as rebuilding a frozenset per event would.
@@ -239,6 +240,11 @@ class _Folder:
         return self._pending
 
     @property
+    def has_pending(self) -> bool:
+        """Whether the state so far has open tasks (``bool(freeze().pending_tasks)``)."""
+        return bool(self._pending if self._pending is not None else self.s.pending_tasks)
+
+    @property
     def finished(self) -> set[str]:
         if self._finished is None:
             self._finished = set(self.s.finished_tasks)
@@ -254,14 +260,19 @@ class _Folder:
 
     def apply(self, event: Event) -> None:
         ts = _epoch(event)
-        handler = _HANDLERS.get(event.type)
+        event_type = event.type
+        handler = _HANDLERS.get(event_type)
         if handler is not None:
             payload = event.payload if isinstance(event.payload, Mapping) else {}
             handler(self, payload, ts)
-        self.put(version=event.version, last_event_time=ts, last_event_type=event.type)
+        # Item assignments, not put(**...): this runs once per replayed event.
+        changes = self.changes
+        changes["version"] = event.version
+        changes["last_event_time"] = ts
+        changes["last_event_type"] = event_type
 
 
-def _on_started(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_started(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     previous = f.get("status")
     fresh = f.get("version") == 0 or previous in (Status.STOPPED, Status.QUARANTINED)
     f.put(status=Status.RUNNING, started_at=ts, stop_requested=False, resurrecting=False,
@@ -277,46 +288,46 @@ def _on_started(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(worker=_str(p, "worker"))
 
 
-def _on_stopped(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_stopped(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(status=Status.STOPPED, stop_requested=False, resurrecting=False)
 
 
-def _on_dead(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_dead(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(status=Status.DEAD, resurrecting=False, last_death_cause=_str(p, "cause"),
           restarts=(*f.get("restarts"), ts))
 
 
-def _on_resurrecting(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_resurrecting(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     # The dead incarnation is over and the next has not run: no start to be healthy from.
     f.put(status=Status.RESURRECTING, started_at=None)
     _keep_last_deaths(f, _int(p, "attempt"))
 
 
-def _on_resurrected(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_resurrected(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(status=Status.RUNNING, started_at=ts, resurrecting=False, worker=_str(p, "worker"))
     if (incarnation := _int(p, "incarnation")) is not None:
         f.put(incarnation=incarnation)
 
 
-def _on_quarantined(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_quarantined(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(status=Status.QUARANTINED, resurrecting=False,
           quarantine_reason=_str(p, "reason") or "unspecified")
     _keep_last_deaths(f, _int(p, "deaths"))
 
 
-def _on_resumed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_resumed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(status=Status.STARTING, restarts=(), quarantine_reason=None, started_at=None,
           stop_requested=False, resurrecting=False)
 
 
-def _keep_last_deaths(f: _Folder, count: int | None) -> None:
+def _keep_last_deaths(f: Folder, count: int | None) -> None:
     """Forget deaths the guard no longer counted (outside its window, or before a healthy
     incarnation): the event records its count, so replay forgets exactly the same ones."""
     if count is not None and count >= 1:
         f.put(restarts=tuple(f.get("restarts")[-count:]))
 
 
-def _on_task_assigned(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_task_assigned(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     task_id = _str(p, "task_id")
     if task_id is None or task_id in f.finished or any(t.task_id == task_id
                                                         for t in f.pending):
@@ -325,7 +336,7 @@ def _on_task_assigned(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(tasks_assigned=f.get("tasks_assigned") + 1)
 
 
-def _on_task_completed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_task_completed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     task_id = _str(p, "task_id")
     if task_id is None or task_id in f.finished:
         return
@@ -334,7 +345,7 @@ def _on_task_completed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(tasks_completed=f.get("tasks_completed") + 1)
 
 
-def _on_task_failed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_task_failed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     task_id = _str(p, "task_id")
     if task_id is None or task_id in f.finished:
         return
@@ -344,14 +355,14 @@ def _on_task_failed(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(tasks_failed=f.get("tasks_failed") + 1)
 
 
-def _drop_pending(f: _Folder, task_id: str) -> None:
+def _drop_pending(f: Folder, task_id: str) -> None:
     for i, task in enumerate(f.pending):
         if task.task_id == task_id:
             del f.pending[i]
             return
 
 
-def _on_snapshot_taken(f: _Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_snapshot_taken(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     if (version := _int(p, "snapshot_version")) is not None:
         f.put(snapshot_version=version)
 
@@ -425,6 +436,6 @@ __all__ = [
     "AGENT_DEAD", "AGENT_QUARANTINED", "AGENT_RESUMED", "AGENT_RESURRECTED",
     "AGENT_RESURRECTING", "AGENT_STARTED", "AGENT_STOPPED", "LIFECYCLE_TYPES",
     "SNAPSHOT_TAKEN", "TASK_ASSIGNED", "TASK_COMPLETED", "TASK_FAILED", "AgentLifecycle",
-    "PendingTask", "Status", "clear_resurrecting", "dead_payload", "fold", "fold_all",
+    "Folder", "PendingTask", "Status", "clear_resurrecting", "dead_payload", "fold", "fold_all",
     "from_events", "mark_resurrecting", "mark_stop_requested",
 ]

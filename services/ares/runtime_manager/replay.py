@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
@@ -50,6 +51,12 @@ def replay_start(snapshot: Snapshot | None) -> int | None:
     return int(journal_from) if journal_from is not None else snapshot.events_offset
 
 
+# Events of a stream held before they are verified and folded as one run: big enough that
+# the per-run costs (a verify_chain call, a lifecycle Folder) vanish per event, small enough
+# that events the snapshot covers are not all held at once.
+REPLAY_RUN = 512
+
+
 @dataclass(slots=True)
 class AgentReplay:
     stream_id: str
@@ -59,11 +66,15 @@ class AgentReplay:
     load_s: float = 0.0
     verifier: StreamVerifier = field(init=False)
     hosted: HostedAgent = field(init=False)
-    pending: list[tuple[Event, int]] = field(default_factory=list)
+    # Verified events after the snapshot, for the agent's apply once it is built.
+    pending: list[Event] = field(default_factory=list)
     replayed: int = 0
     # After a verification failure nothing more is folded, but a quarantine recorded by an
     # earlier recovery still shows the stream was dealt with.
     quarantined_after_failure: bool = False
+    # Fed and not yet verified: ``feed`` only queues, ``_settle`` verifies and folds.
+    _events: list[Event] = field(default_factory=list)
+    _offsets: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.verifier = StreamVerifier(self.stream_id, self.snapshot)
@@ -78,36 +89,65 @@ class AgentReplay:
             self.hosted.journal_from_offset = None if journal_from is None else int(journal_from)
 
     def feed(self, offset: int, event: Event) -> None:
-        verdict = self.verifier.feed(event)
-        if verdict is Feed.SKIP:
-            # Covered by the snapshot: only the open tasks' journals still need it.
-            journal_from = self.hosted.journal_from_offset
-            if journal_from is not None and offset >= journal_from:
-                self.hosted.open_events.append(event)
-        elif verdict is Feed.APPLY:
-            self.hosted.on_event(event, offset, apply=False)
-            self.pending.append((event, offset))
-            self.replayed += 1
-        elif event.type == "agent.quarantined":
-            self.quarantined_after_failure = True
+        """The stream's next event in log order; its verdict comes with the run it is in
+        (``finish`` settles the last one): ``hosted`` is complete only after ``finish``."""
+        self._events.append(event)
+        self._offsets.append(offset)
+        if len(self._events) >= REPLAY_RUN:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Verify the queued run (one ``verify_chain`` for it) and act on each verdict as
+        an event-by-event replay would: covered by the snapshot, the event only joins the
+        open journals; verified, it is folded; after a failure nothing is."""
+        events, offsets = self._events, self._offsets
+        if not events:
+            return
+        self._events, self._offsets = [], []
+        verdicts = self.verifier.feed_many(events)
+        hosted, count, i = self.hosted, len(events), 0
+        while i < count:  # runs of one verdict (SKIP*, APPLY*, FAILED*, in that order)
+            verdict, j = verdicts[i], i + 1
+            while j < count and verdicts[j] is verdict:
+                j += 1
+            run = events if j - i == count else events[i:j]
+            if verdict is Feed.APPLY:
+                hosted.replay(run, offsets if j - i == count else offsets[i:j])
+                self.pending.extend(run)
+                self.replayed += j - i
+            elif verdict is Feed.SKIP:
+                # Covered by the snapshot: only the open tasks' journals still need it.
+                journal_from = hosted.journal_from_offset
+                if journal_from is not None:
+                    hosted.open_events.extend(
+                        e for e, o in zip(run, offsets[i:j], strict=True) if o >= journal_from)
+            elif any(e.type == "agent.quarantined" for e in run):
+                self.quarantined_after_failure = True
+            i = j
 
     def finish(self, head: StreamHead | None) -> VerificationFailure | None:
+        self._settle()
         return self.verifier.finish(head)
 
     def build_agent(self, registry: AgentRegistry) -> None:
         """Create the agent instance: restore the snapshot, apply the events after it."""
+        self._settle()
         lifecycle = self.hosted.lifecycle
         agent = registry.create(lifecycle.kind, self.stream_id, lifecycle.config)
         if self.snapshot is not None and self.snapshot.state.get("agent"):
             agent.restore(self.snapshot.state["agent"])
-        for event, _ in self.pending:
-            agent.apply(event)
+        apply = agent.apply
+        # Skip the calls when apply is the SDK's default, which does nothing.
+        if getattr(apply, "__func__", None) is not Agent.apply:
+            for event in self.pending:
+                apply(event)
         self.pending.clear()
         self.hosted.agent = agent
         self.hosted.events_since_snapshot = self.replayed
 
     def record(self, replay_done: float, resume_s: float, verified: bool,
                discarded: str | None = None) -> RecoveryRecord:
+        self._settle()
         hosted = self.hosted
         try:
             digest: str | None = state_hash(snapshot_state(hosted))
