@@ -58,8 +58,8 @@ def test_bodies_equal_fastavro(id_: str, stream_id: str, event_type: str, module
     assert ours + b"\x00" == reference
 
 
-@pytest.mark.parametrize("n", [0, 1, -1, 63, 64, -64, -65, 127, 128, 2**31, -(2**31),
-                               2**63 - 1, -(2**63)])
+@pytest.mark.parametrize("n", [0, 1, -1, -33, 63, 64, -64, -65, 127, 128, 8191, 8192, -8193,
+                               2**31, -(2**31), 2**63 - 1, -(2**63)])
 def test_long_bytes_match_avro_zigzag(n: int) -> None:
     z = (n << 1) ^ (n >> 63)
     expected = bytearray()

@@ -166,7 +166,10 @@ def _try_hash(codec: Codec, event: Event) -> str:
 
 def _utc(ts: datetime) -> datetime:
     """Aware UTC; a naive datetime is taken as UTC, never as local time."""
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+    tz = ts.tzinfo
+    if tz is UTC:  # what utc_now() and decoding give: nothing to convert
+        return ts
+    return ts.replace(tzinfo=UTC) if tz is None else ts.astimezone(UTC)
 
 
 __all__ = ["ChainError", "event_hash", "seal", "seal_encoded", "verify_chain"]

@@ -182,7 +182,7 @@ class Codec:
         if spec is not None:
             value = spec.normalize(payload)
             return PreparedPayload(spec.record, value, value)
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             got = type(payload).__name__
             raise CodecError("invalid_payload", f"{event_type}: payload must be a mapping, "
                              f"got {got}")

@@ -40,6 +40,10 @@ def long_bytes(n: int) -> bytes:
     if 0 <= n < 64:
         return _SMALL[n]
     z = (n << 1) ^ (n >> 63)
+    if z < 0x80:  # small negative numbers
+        return bytes((z,))
+    if z < 0x4000:  # two bytes: string lengths up to 8 KiB, versions up to 8191
+        return bytes(((z & 0x7F) | 0x80, z >> 7))
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
@@ -59,6 +63,9 @@ class EnvelopeWriter:
 
     def __init__(self, json_branch: int) -> None:
         self._json_branch = long_bytes(json_branch)
+        # The last timestamp written and its bytes: the appends of one transaction share
+        # their timestamp, and an 8-byte varint is the dearest field to write.
+        self._stamp: tuple[int, bytes] = (-1, b"")
 
     @classmethod
     def of(cls, parsed_event_schema: Mapping[str, Any]) -> EnvelopeWriter | None:
@@ -85,10 +92,12 @@ class EnvelopeWriter:
         """The body without its last field (``hash``). ``metadata`` must be sorted by key
         and hold strings only (``codec.normalize_metadata``). Raises ``AttributeError``,
         ``TypeError`` or ``UnicodeEncodeError`` for what Avro cannot write."""
+        stamp = self._stamp
+        if stamp[0] != timestamp_us:
+            stamp = self._stamp = (timestamp_us, long_bytes(timestamp_us))
         parts = [
             string_bytes(id), string_bytes(stream_id), string_bytes(type), string_bytes(module),
-            long_bytes(version), long_bytes(timestamp_us),
-            self._json_branch, string_bytes(payload_json),
+            long_bytes(version), stamp[1], self._json_branch, string_bytes(payload_json),
         ]
         if metadata:
             parts.append(long_bytes(len(metadata)))

@@ -23,7 +23,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError
 from ares.events.kafka_errors import translate
-from ares.events.model import NewEvent
+from ares.events.model import NewEvent, utc_now
 from ares.events.writer import AppendPlan, StreamState, StreamTable
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class Transaction:
         self._staged: list[tuple[AppendPlan, list[tuple[int, int]]]] = []
         self._batches: list[BatchBuilder] = []
         self._sent: list[asyncio.Future[Any]] = []
+        # One timestamp for every event this transaction appends (they commit together).
+        self.now = utc_now()
 
     async def append(self, stream_id: str, events: Sequence[NewEvent],
                      expected_version: int) -> int:
@@ -64,7 +66,7 @@ class Transaction:
         """``append`` without a coroutine: the writer's own fast path."""
         writer = self._writer
         table = writer.table
-        plan = table.plan(stream_id, events, expected_version)
+        plan = table.plan(stream_id, events, expected_version, self.now)
         if plan.is_noop:
             return plan.version
         encoded = plan.encoded
