@@ -15,6 +15,7 @@ from ares.events.codec import CodecError, decode_event, default_codec
 from ares.events.envelope import EnvelopeWriter, long_bytes
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.schemas import EVENT, JSON_PAYLOAD, canonical_json
+from tests.unit.test_codec import SAMPLE_PAYLOADS, T0
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 texts = st.text(max_size=40)
@@ -56,6 +57,32 @@ def test_bodies_equal_fastavro(id_: str, stream_id: str, event_type: str, module
     reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
                                  prepared=prepared)
     assert ours + b"\x00" == reference
+
+
+@pytest.mark.parametrize("event_type", sorted(SAMPLE_PAYLOADS))
+@pytest.mark.parametrize("metadata", [{}, {"a": "1", "issuer": "cli:é"}])
+def test_typed_payload_bodies_equal_fastavro(event_type: str, metadata: dict[str, str]) -> None:
+    codec = default_codec()
+    prepared = codec.prepare_payload(event_type, SAMPLE_PAYLOADS[event_type])
+    assert prepared.record != JSON_PAYLOAD
+    fields: dict[str, Any] = {
+        "id": "e-1", "stream_id": "agent-7", "type": event_type, "module": "ares.runtime",
+        "version": 70_000, "timestamp": T0, "metadata": metadata, "prev_hash": "ab" * 32,
+    }
+    ours = codec.unhashed_body(prepared=prepared, **fields)
+    reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
+                                 prepared=prepared)
+    assert ours + b"\x00" == reference
+
+
+def test_an_invalid_typed_payload_is_a_codec_error() -> None:
+    codec = default_codec()
+    prepared = codec.prepare_payload("agent.started", {"kind": "Researcher"})
+    broken = type(prepared)(prepared.record, {**prepared.datum, "kind": 7}, prepared.value)
+    with pytest.raises(CodecError, match="invalid_payload"):
+        codec.unhashed_body(id="e", stream_id="s", type="agent.started", module="m",
+                            version=1, timestamp=T0, prepared=broken, metadata={},
+                            prev_hash="")
 
 
 @pytest.mark.parametrize("n", [0, 1, -1, -33, 63, 64, -64, -65, 127, 128, 8191, 8192, -8193,

@@ -99,6 +99,10 @@ class SingleObjectEncoding:
         return writer, HEADER_SIZE
 
 
+# What fastavro (and str.encode) raise for a datum the schema cannot write.
+_UNWRITABLE = (TypeError, ValueError, AttributeError, KeyError, OverflowError)
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedPayload:
     """A payload ready for the wire: its union branch, what is written, what reads back."""
@@ -232,13 +236,14 @@ class Codec:
         """The canonical body of an event being sealed, without its last byte (the empty
         ``hash`` string): what the hash covers is this plus ``00``, what goes on the wire is
         this plus the hash. ``metadata`` as ``normalize_metadata`` returns it."""
-        if prepared.record == JSON_PAYLOAD and self._envelope is not None:
+        envelope = self._envelope
+        if envelope is not None and envelope.knows(prepared.record):
             try:
-                return self._envelope.unhashed(
+                return envelope.unhashed(
                     id=id, stream_id=stream_id, type=type, module=module, version=version,
-                    timestamp_us=_micros(timestamp), payload_json=prepared.datum["json"],
-                    metadata=metadata, prev_hash=prev_hash)
-            except (AttributeError, TypeError, ValueError) as e:
+                    timestamp_us=_micros(timestamp), record=prepared.record,
+                    datum=prepared.datum, metadata=metadata, prev_hash=prev_hash)
+            except _UNWRITABLE as e:
                 raise CodecError("invalid_payload", f"{EVENT}: {e}") from e
         draft = Event(id=id, stream_id=stream_id, type=type, module=module, version=version,
                       timestamp=timestamp, payload=prepared.value, metadata=metadata,
@@ -276,7 +281,7 @@ class Codec:
         buf = BytesIO()
         try:
             schemaless_writer(buf, sf.parsed, datum)
-        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as e:
+        except _UNWRITABLE as e:
             raise CodecError("invalid_payload", f"{sf.name}: {e}") from e
         return buf.getvalue()
 

@@ -3,7 +3,8 @@
 fastavro's ``schemaless_writer`` resolves the whole envelope schema on every call (the
 payload union, the map, the logical type): about half of what sealing an event costs. The
 envelope's shape is fixed, so the canonical body (``chain`` module) can be written field by
-field instead: varint lengths and UTF-8 bytes, nothing else. ``EnvelopeWriter.of`` checks
+field instead: varint lengths and UTF-8 bytes; a typed payload record is written by fastavro
+alone, with the record's own schema (no union to resolve). ``EnvelopeWriter.of`` checks
 the parsed Event schema field by field and returns ``None`` when it is not the shape this
 encoder knows — the codec then keeps using fastavro, never writing different bytes.
 Equality with fastavro and the reference ``avro`` library is tested
@@ -13,7 +14,11 @@ Equality with fastavro and the reference ``avro`` library is tested
 from __future__ import annotations
 
 from collections.abc import Mapping
+from io import BytesIO
 from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
+from fastavro.schema import SchemaParseException, UnknownType
 
 from ares.events.schemas import JSON_PAYLOAD
 
@@ -59,10 +64,12 @@ def string_bytes(s: str) -> bytes:
 
 
 class EnvelopeWriter:
-    """Writes Event bodies with a ``JsonPayload`` payload, byte for byte as fastavro does."""
+    """Writes Event bodies byte for byte as fastavro writes them with the whole schema."""
 
-    def __init__(self, json_branch: int) -> None:
-        self._json_branch = long_bytes(json_branch)
+    def __init__(self, branches: Mapping[str, tuple[bytes, Any]]) -> None:
+        # payload record name -> (its union index as a varint, its own parsed schema)
+        self._branches = dict(branches)
+        self._json_branch = self._branches[JSON_PAYLOAD][0]
         # The last timestamp written and its bytes: the appends of one transaction share
         # their timestamp, and an 8-byte varint is the dearest field to write.
         self._stamp: tuple[int, bytes] = (-1, b"")
@@ -76,28 +83,48 @@ class EnvelopeWriter:
         for field, (_, avro_type) in zip(fields, _SHAPE, strict=True):
             if avro_type is not None and _plain(field["type"]) != avro_type:
                 return None
-        branches = fields[6]["type"]
-        if not isinstance(branches, list):
+        union = fields[6]["type"]
+        if not isinstance(union, list):
             return None
-        for i, branch in enumerate(branches):
-            if isinstance(branch, dict) and branch.get("name") == JSON_PAYLOAD:
-                inner = branch.get("fields", [])
-                if [(f.get("name"), _plain(f.get("type"))) for f in inner] == [("json", "string")]:
-                    return cls(i)
-        return None
+        branches: dict[str, tuple[bytes, Any]] = {}
+        for i, branch in enumerate(union):
+            if not isinstance(branch, dict) or branch.get("type") != "record":
+                return None
+            try:
+                branches[branch["name"]] = (long_bytes(i), parse_schema(branch))
+            except (SchemaParseException, UnknownType):
+                # It refers to a type named in another branch: cannot stand alone, so the
+                # codec writes events with this payload through fastavro and the whole schema.
+                continue
+        json_branch = next((b for b in union if b.get("name") == JSON_PAYLOAD), None)
+        if json_branch is None or [(f.get("name"), _plain(f.get("type")))
+                                   for f in json_branch.get("fields", [])] != [("json", "string")]:
+            return None
+        return cls(branches) if JSON_PAYLOAD in branches else None
+
+    def knows(self, record: str) -> bool:
+        return record in self._branches
 
     def unhashed(self, *, id: str, stream_id: str, type: str, module: str, version: int,
-                 timestamp_us: int, payload_json: str, metadata: Mapping[str, str],
-                 prev_hash: str) -> bytes:
-        """The body without its last field (``hash``). ``metadata`` must be sorted by key
-        and hold strings only (``codec.normalize_metadata``). Raises ``AttributeError``,
-        ``TypeError`` or ``UnicodeEncodeError`` for what Avro cannot write."""
+                 timestamp_us: int, record: str, datum: Mapping[str, Any],
+                 metadata: Mapping[str, str], prev_hash: str) -> bytes:
+        """The body without its last field (``hash``): ``datum`` is the payload as the
+        ``record`` branch of the union. ``metadata`` must be sorted by key and hold strings
+        only (``codec.normalize_metadata``). Raises what fastavro or ``str.encode`` raise
+        for what Avro cannot write (TypeError, ValueError, AttributeError, KeyError...)."""
         stamp = self._stamp
         if stamp[0] != timestamp_us:
             stamp = self._stamp = (timestamp_us, long_bytes(timestamp_us))
+        if record == JSON_PAYLOAD:
+            payload = self._json_branch + string_bytes(datum["json"])
+        else:
+            branch, schema = self._branches[record]
+            buf = BytesIO()
+            schemaless_writer(buf, schema, datum)
+            payload = branch + buf.getvalue()
         parts = [
             string_bytes(id), string_bytes(stream_id), string_bytes(type), string_bytes(module),
-            long_bytes(version), stamp[1], self._json_branch, string_bytes(payload_json),
+            long_bytes(version), stamp[1], payload,
         ]
         if metadata:
             parts.append(long_bytes(len(metadata)))
