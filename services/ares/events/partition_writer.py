@@ -170,6 +170,7 @@ class PartitionWriter:
         self._appended = metrics.EVENTS_APPENDED.labels(str(partition))
         self._wakeup = asyncio.Event()
         self._fenced: FencedError | None = None
+        self._begun = False  # a transaction is open and empty, ready for the next batch
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -215,7 +216,9 @@ class PartitionWriter:
 
     async def _run(self) -> None:
         while True:
-            await self._wakeup.wait()
+            if not self._queue:
+                await self._begin_ahead()
+                await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
                 if self._fenced is not None:
@@ -234,12 +237,36 @@ class PartitionWriter:
                         if not queued.result.done():
                             queued.result.set_exception(
                                 AresError(f"append failed: {type(exc).__name__}: {exc}"))
+                    self._begun = False
+                    with contextlib.suppress(Exception):  # whatever it left open is void
+                        await self.producer.abort_transaction()
+
+    async def _begin_ahead(self) -> None:
+        """Begin the next transaction while there is nothing to do.
+
+        aiokafka's ``begin_transaction`` waits two event-loop turns even when it has nothing
+        to wait for; on a busy loop (a fleet appending) that put ~3 ms on the path of every
+        group commit. A begun, empty transaction is client state only: the broker hears of
+        it with its first partition, so an idle writer holds nothing open there.
+        """
+        if self._begun or self._fenced is not None:
+            return
+        try:
+            await self.producer.begin_transaction()
+        except Exception:  # _commit begins again and reports the error
+            log.debug("writer of %s/%d: early begin failed", self.topic, self.partition,
+                      exc_info=True)
+            return
+        self._begun = True
 
     async def _commit(self, batch: list[_Queued]) -> None:
         tx = Transaction(self)
         outcomes: list[tuple[_Queued, Any, BaseException | None]] = []
         try:
-            await self.producer.begin_transaction()
+            if self._begun:
+                self._begun = False
+            else:
+                await self.producer.begin_transaction()
             for queued in batch:
                 try:
                     if queued.append is not None:
