@@ -55,7 +55,7 @@ from ares.runtime_manager.guard import (
 )
 from ares.runtime_manager.heartbeats import AgentBeat
 from ares.runtime_manager.hosted import AgentSinkImpl, HostedAgent, run_open_tasks
-from ares.runtime_manager.recovery import RecoveryRecord
+from ares.runtime_manager.recovery import RecoveryRecord, VerificationFailure
 from ares.runtime_manager.replay import (
     CHECKPOINT_KEY,
     CHECKPOINT_KIND,
@@ -138,7 +138,7 @@ class AgentHost:
             table, start = _seed_from(snapshots.pop(CHECKPOINT_KEY, None), snapshots)
             loaded = time.monotonic() - started
             replays.update((sid, AgentReplay(sid, partition, snap, started=started,
-                                             load_s=loaded))
+                                             load_s=loaded, registry=self.registry))
                            for sid, snap in snapshots.items())
             return start, table
 
@@ -146,7 +146,8 @@ class AgentHost:
             replay = replays.get(event.stream_id)
             if replay is None:
                 replay = replays[event.stream_id] = AgentReplay(
-                    event.stream_id, partition, None, started=started, load_s=loaded)
+                    event.stream_id, partition, None, started=started, load_s=loaded,
+                    registry=self.registry)
             replay.feed(offset, event)
 
         writer = await open_writer(self.settings, self.plan.name(EVENTS), partition, scanner,
@@ -539,26 +540,25 @@ class AgentHost:
         discarded = None
         if failure is not None and failure.discard_snapshot:
             discarded = failure.detail
-            assert self._scanner is not None
-            fresh = AgentReplay(replay.stream_id, replay.partition, None)
-            tp = TopicPartition(self.plan.name(EVENTS), replay.partition)
-            async for offset, event in self._scanner.scan(tp, None, replay.stream_id.encode()):
-                fresh.feed(offset, event)
-            replay, failure = fresh, fresh.finish(table.head(replay.stream_id))
-        life = replay.hosted.lifecycle
-        if not life.kind:
+            replay, failure = await self._rescan(replay, None, table)
+        if not replay.hosted.lifecycle.kind:
             return  # a stream that is no agent's
-        if failure is not None:
-            await self._quarantine_for_integrity(state, replay, failure.kind, failure.version,
-                                                 failure.detail)
-            return
         try:
-            replay.build_agent(self.registry)
+            if failure is None and not replay.build_agent(self.registry):
+                # Its apply needs the events the partition scan let go: read them again.
+                replay, failure = await self._rescan(replay, replay.snapshot, table)
+                if failure is None:
+                    replay.build_agent(self.registry)
         except (UnknownAgentKindError, AgentConfigError) as exc:
             log.error("agent %s cannot be hosted here: %s", replay.stream_id, exc)
             state.agents[replay.stream_id] = replay.hosted
             return
+        if failure is not None:
+            await self._quarantine_for_integrity(state, replay, failure.kind, failure.version,
+                                                 failure.detail)
+            return
         hosted = replay.hosted
+        life = hosted.lifecycle
         state.agents[hosted.agent_id] = hosted
         if not life.is_live or self.stopping:
             return
@@ -568,6 +568,18 @@ class AgentHost:
             await self._resume_after_recovery(state, hosted, record, resume_started)
         except (FencedError, asyncio.CancelledError):
             return
+
+    async def _rescan(self, replay: AgentReplay, snapshot: Snapshot | None,
+                      table: StreamTable) -> tuple[AgentReplay, VerificationFailure | None]:
+        """``replay``'s stream read again on its own (its key), from ``snapshot`` (None: from
+        the log start), every event kept for the agent's apply; and its verdict."""
+        assert self._scanner is not None
+        fresh = AgentReplay(replay.stream_id, replay.partition, snapshot)
+        tp = TopicPartition(self.plan.name(EVENTS), replay.partition)
+        async for offset, event in self._scanner.scan(tp, replay_start(snapshot),
+                                                      replay.stream_id.encode()):
+            fresh.feed(offset, event)
+        return fresh, fresh.finish(table.head(replay.stream_id))
 
     async def _resume_after_recovery(self, state: _Partition, hosted: HostedAgent,
                                      record: RecoveryRecord, resume_started: float) -> None:

@@ -226,9 +226,20 @@ class Folder:
         self.changes: dict[str, Any] = {}
         self._pending: list[PendingTask] | None = None
         self._finished: set[str] | None = None
+        # The last event applied when no handler needed its time: ``last_event_time`` is
+        # computed from it when read (most events of a replay have no handler, and
+        # datetime.timestamp() is a good part of a fold's cost).
+        self._untimed: Event | None = None
 
     def get(self, name: str) -> Any:
+        if name == "last_event_time":
+            self._time_last()
         return self.changes[name] if name in self.changes else getattr(self.s, name)
+
+    def _time_last(self) -> None:
+        if self._untimed is not None:
+            self.changes["last_event_time"] = _epoch(self._untimed)
+            self._untimed = None
 
     def put(self, **changes: Any) -> None:
         self.changes.update(changes)
@@ -251,6 +262,7 @@ class Folder:
         return self._finished
 
     def freeze(self) -> AgentLifecycle:
+        self._time_last()
         changes = dict(self.changes)
         if self._pending is not None:
             changes["pending_tasks"] = tuple(self._pending)
@@ -259,16 +271,19 @@ class Folder:
         return replace(self.s, **changes) if changes else self.s
 
     def apply(self, event: Event) -> None:
-        ts = _epoch(event)
         event_type = event.type
         handler = _HANDLERS.get(event_type)
-        if handler is not None:
-            payload = event.payload if isinstance(event.payload, Mapping) else {}
-            handler(self, payload, ts)
         # Item assignments, not put(**...): this runs once per replayed event.
         changes = self.changes
+        if handler is None:
+            self._untimed = event
+        else:
+            ts = _epoch(event)
+            payload = event.payload if isinstance(event.payload, Mapping) else {}
+            handler(self, payload, ts)
+            changes["last_event_time"] = ts
+            self._untimed = None
         changes["version"] = event.version
-        changes["last_event_time"] = ts
         changes["last_event_type"] = event_type
 
 

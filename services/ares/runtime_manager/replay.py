@@ -68,6 +68,11 @@ class AgentReplay:
     hosted: HostedAgent = field(init=False)
     # Verified events after the snapshot, for the agent's apply once it is built.
     pending: list[Event] = field(default_factory=list)
+    # Given, ``pending`` is kept only while the stream's kind is unknown or its agent class
+    # overrides ``apply``: a partition's events are not all held until the agents are built
+    # (memory, and the garbage collector's full passes over them).
+    registry: AgentRegistry | None = None
+    let_go: bool = False  # events were dropped from ``pending``: see ``build_agent``
     replayed: int = 0
     # After a verification failure nothing more is folded, but a quarantine recorded by an
     # earlier recovery still shows the stream was dealt with.
@@ -113,7 +118,11 @@ class AgentReplay:
             run = events if j - i == count else events[i:j]
             if verdict is Feed.APPLY:
                 hosted.replay(run, offsets if j - i == count else offsets[i:j])
-                self.pending.extend(run)
+                if self._keeps_events():
+                    self.pending.extend(run)
+                else:
+                    self.pending.clear()  # held while the kind was unknown
+                    self.let_go = True
                 self.replayed += j - i
             elif verdict is Feed.SKIP:
                 # Covered by the snapshot: only the open tasks' journals still need it.
@@ -125,12 +134,26 @@ class AgentReplay:
                 self.quarantined_after_failure = True
             i = j
 
+    def _keeps_events(self) -> bool:
+        """Whether the agent to be built may need the events for its ``apply``."""
+        kind = self.hosted.lifecycle.kind
+        if self.registry is None or kind not in self.registry:
+            return True
+        factory = self.registry.factory(kind)
+        return not (isinstance(factory, type) and issubclass(factory, Agent)
+                    and factory.apply is Agent.apply)
+
     def finish(self, head: StreamHead | None) -> VerificationFailure | None:
         self._settle()
         return self.verifier.finish(head)
 
-    def build_agent(self, registry: AgentRegistry) -> None:
-        """Create the agent instance: restore the snapshot, apply the events after it."""
+    def build_agent(self, registry: AgentRegistry) -> bool:
+        """Create the agent instance: restore the snapshot, apply the events after it.
+
+        False (nothing built) when the agent's ``apply`` needs events this replay let go
+        (its kind changed after they were dropped, or the instance overrides ``apply``):
+        the caller replays the stream again without a ``registry``.
+        """
         self._settle()
         lifecycle = self.hosted.lifecycle
         agent = registry.create(lifecycle.kind, self.stream_id, lifecycle.config)
@@ -139,11 +162,14 @@ class AgentReplay:
         apply = agent.apply
         # Skip the calls when apply is the SDK's default, which does nothing.
         if getattr(apply, "__func__", None) is not Agent.apply:
+            if self.let_go:
+                return False
             for event in self.pending:
                 apply(event)
         self.pending.clear()
         self.hosted.agent = agent
         self.hosted.events_since_snapshot = self.replayed
+        return True
 
     def record(self, replay_done: float, resume_s: float, verified: bool,
                discarded: str | None = None) -> RecoveryRecord:

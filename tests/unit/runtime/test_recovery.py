@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from ares.events.codec import default_codec
-from ares.events.model import Event, StreamHead
+from ares.events.chain import seal_encoded
+from ares.events.codec import decode_event, default_codec
+from ares.events.model import Event, NewEvent, StreamHead
 from ares.runtime_manager.lifecycle import AgentLifecycle, fold, from_events
 from ares.runtime_manager.recovery import (
     AHEAD_OF_LOG,
@@ -313,6 +314,50 @@ def test_feed_many_gives_the_same_verdicts_as_feed() -> None:
             assert many.feed_many(events[:4]) + many.feed_many(events[4:]) == by_one
             assert (many.head, many.applied, many.failure) == (one.head, one.applied,
                                                                one.failure)
+
+
+def sealed_wires(stream_id: str, count: int) -> list[bytes]:
+    """A stream's records as a writer sends them."""
+    head, wires = StreamHead(), []
+    for i in range(1, count + 1):
+        event, wire = seal_encoded(stream_id, head, NewEvent(
+            "step.completed", "tests", {"step_name": f"s{i}", "result_json": str(i)}), i)
+        head = StreamHead(event.version, event.hash)
+        wires.append(wire)
+    return wires
+
+
+def test_feed_many_on_events_as_read_gives_the_same_verdicts_as_feed() -> None:
+    # Decoded events keep the body they were read from: the verifier's fast path.
+    wires = sealed_wires("a", 12)
+    events = [decode_event(w) for w in wires]
+    forged = [decode_event(w.replace(b"s9", b"s8") if i == 8 else w)
+              for i, w in enumerate(wires)]
+    assert forged[8].payload["step_name"] == "s8"  # decodes, but its hash no longer fits
+    other = [decode_event(w) for w in sealed_wires("b", 3)]
+
+    def resealed(stream_id: str, head: StreamHead) -> Event:
+        """Version 4, hashed right, but after ``head`` and/or of ``stream_id``."""
+        return decode_event(seal_encoded(stream_id, head, NewEvent(
+            "step.completed", "tests", {"step_name": "s4"}), 4)[1])
+
+    third = StreamHead(3, events[2].hash)
+    cases = [events, forged, events[:5] + events[6:], events[:4] + events[3:],
+             events[:2] + other, [*events[:3], replace(events[3], prev_hash="c" * 64),
+                                  *events[4:]],
+             [*events[:3], resealed("a", StreamHead(3, "c" * 64)), *events[4:]],
+             [*events[:3], resealed("b", third), *events[4:]]]
+    for case in cases:
+        for snapshot in (None, snap_of(Stream("a", events=events), 3)):
+            one, many = StreamVerifier("a", snapshot), StreamVerifier("a", snapshot)
+            by_one = feed_all(one, case)
+            assert many.feed_many(case[:4]) + many.feed_many(case[4:]) == by_one
+            assert (many.head, many.applied, many.failure) == (one.head, one.applied,
+                                                               one.failure)
+    failed = StreamVerifier("a")
+    failed.feed_many(forged)
+    assert failed.failure is not None
+    assert (failed.failure.version, failed.failure.kind) == (9, "hash_mismatch")
 
 
 # -- a partition recovered by one scan -------------------------------------------------------

@@ -162,6 +162,9 @@ def test_runs_replay_exactly_as_event_by_event(run_size: int,
     assert expected is None
     assert_same(ours, reference)
     assert ours.hosted.lifecycle == from_events(s.events)
+    last = s.events[-1]  # no lifecycle handler: its time is taken when the fold ends
+    assert ours.hosted.lifecycle.last_event_time == last.timestamp.timestamp()
+    assert ours.hosted.lifecycle.last_event_type == last.type
     assert [e.version for e in ours.hosted.open_events] == [
         e.version for e in s.events if e.version >= s.head.version - 1]
 
@@ -222,3 +225,108 @@ def test_an_agent_with_the_default_apply_is_built_all_the_same() -> None:
     assert isinstance(replay.hosted.agent, Quiet)
     assert replay.hosted.lifecycle.current_task is not None
     assert replay.hosted.journal_from_offset == 1
+
+
+def fed(stream: Stream, registry: AgentRegistry | None, snapshot: Snapshot | None = None,
+        first: int = 0) -> AgentReplay:
+    replay = AgentReplay(stream.stream_id, 0, snapshot, registry=registry)
+    for offset, event in enumerate(stream.events[first:], start=first):
+        replay.feed(offset, event)
+    assert replay.finish(stream.head) is None
+    return replay
+
+
+def test_with_a_registry_events_are_let_go_when_the_kind_ignores_them(run_size: int) -> None:
+    s = Stream("q")
+    s.add("agent.started", {"kind": "test.quiet", "incarnation": 1})
+    for n in range(9):
+        s.add("step.completed", {"step_name": f"s{n}"})
+    registry = AgentRegistry([Recorder, Quiet])
+    replay = fed(s, registry)
+    assert replay.pending == []
+    assert replay.let_go
+    assert replay.build_agent(registry)
+    assert isinstance(replay.hosted.agent, Quiet)
+    assert replay.hosted.lifecycle == fed(s, None).hosted.lifecycle
+    assert replay.hosted.events_since_snapshot == replay.replayed == 10
+
+
+def test_with_a_registry_an_agent_that_applies_events_still_gets_every_one(
+        run_size: int) -> None:
+    s = busy_stream()
+    offsets = interleaved_offsets(len(s.events))
+    registry = AgentRegistry([Recorder, Quiet])
+    replay = AgentReplay("a", 0, None, registry=registry)
+    for offset, event in zip(offsets, s.events, strict=True):
+        replay.feed(offset, event)
+    assert replay.finish(s.head) is None
+    assert not replay.let_go
+    assert replay.build_agent(registry)
+    assert isinstance(replay.hosted.agent, Recorder)
+    assert replay.hosted.agent.applied == list(range(1, s.head.version + 1))
+
+
+def test_events_let_go_before_the_kind_changed_ask_for_a_second_read() -> None:
+    s = Stream("k")
+    s.add("agent.started", {"kind": "test.quiet", "incarnation": 1})
+    s.add("step.completed", {"step_name": "s"})
+    s.add("agent.stopped", {"reason": "requested"})
+    s.add("agent.started", {"kind": KIND, "incarnation": 2})
+    registry = AgentRegistry([Recorder, Quiet])
+    replay = AgentReplay("k", 0, None, registry=registry)
+    for offset, event in enumerate(s.events[:2]):
+        replay.feed(offset, event)
+    replay.finish(None)  # settles: the quiet kind's events are let go
+    for offset, event in enumerate(s.events[2:], start=2):
+        replay.feed(offset, event)
+    assert replay.finish(s.head) is None
+    assert replay.let_go
+    assert not replay.build_agent(registry)
+    assert replay.hosted.agent is None
+    again = fed(s, None)  # what the host does then: read the stream again, keep everything
+    assert again.build_agent(registry)
+    assert isinstance(again.hosted.agent, Recorder)
+    assert again.hosted.agent.applied == [1, 2, 3, 4]
+
+
+def test_an_instance_that_overrides_apply_is_never_short_of_events() -> None:
+    seen: list[int] = []
+
+    def build(agent_id: str, config: Mapping[str, Any]) -> Agent:
+        agent = Quiet(agent_id, config)
+        agent.apply = lambda event: seen.append(event.version)  # type: ignore[method-assign]
+        return agent
+
+    registry = AgentRegistry()
+    registry.register("test.factory", build)
+    s = Stream("f")
+    s.add("agent.started", {"kind": "test.factory", "incarnation": 1})
+    s.add("step.completed", {"step_name": "s"})
+    replay = fed(s, registry)
+    assert not replay.let_go  # a factory, not a class: its apply is not known before
+    assert replay.build_agent(registry)
+    assert seen == [1, 2]
+
+
+class Sneaky(Quiet):
+    """Its class keeps the default apply, its instances do not."""
+
+    kind = "test.sneaky"
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.seen: list[int] = []
+        self.apply = lambda event: self.seen.append(event.version)  # type: ignore[method-assign]
+
+
+def test_an_instance_apply_the_class_does_not_show_asks_for_a_second_read() -> None:
+    s = Stream("s")
+    s.add("agent.started", {"kind": "test.sneaky", "incarnation": 1})
+    s.add("step.completed", {"step_name": "s"})
+    registry = AgentRegistry([Sneaky])
+    replay = fed(s, registry)
+    assert replay.let_go
+    assert not replay.build_agent(registry)
+    again = fed(s, None)
+    assert again.build_agent(registry)
+    assert isinstance(again.hosted.agent, Sneaky)
+    assert again.hosted.agent.seen == [1, 2]
