@@ -60,6 +60,7 @@ from ares.runtime_manager.replay import (
     CHECKPOINT_KEY,
     CHECKPOINT_KIND,
     AgentReplay,
+    old_heap_frozen,
     replay_start,
     snapshot_state,
 )
@@ -150,8 +151,9 @@ class AgentHost:
                     registry=self.registry)
             replay.feed(offset, event)
 
-        writer = await open_writer(self.settings, self.plan.name(EVENTS), partition, scanner,
-                                   plan_scan=plan_scan, observer=observe)
+        with old_heap_frozen():
+            writer = await open_writer(self.settings, self.plan.name(EVENTS), partition,
+                                       scanner, plan_scan=plan_scan, observer=observe)
         table = writer.table
         replay_done = time.monotonic()
         state = _Partition(writer)

@@ -102,7 +102,7 @@ class HostedAgent:
         journal_from = self.journal_from_offset
         woken = resolved = False
         for event, offset in zip(events, offsets, strict=True):
-            folder.apply(event)
+            tasks_open = folder.apply(event)
             event_type = event.type
             # track_journal, inlined: it reads the open tasks after each event.
             if event_type == TASK_ASSIGNED:
@@ -110,7 +110,7 @@ class HostedAgent:
                     journal_from = offset
                 open_events.append(event)
                 woken = True
-            elif folder.has_pending:
+            elif tasks_open:
                 open_events.append(event)
             elif event_type in (TASK_COMPLETED, TASK_FAILED):
                 open_events.clear()

@@ -270,7 +270,9 @@ class Folder:
             changes["finished_tasks"] = frozenset(self._finished)
         return replace(self.s, **changes) if changes else self.s
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> bool:
+        """Fold ``event`` in; whether tasks are open after it (``has_pending``, without a
+        second call: a replay tracks the open tasks' journal after every event)."""
         event_type = event.type
         handler = _HANDLERS.get(event_type)
         # Item assignments, not put(**...): this runs once per replayed event.
@@ -285,6 +287,8 @@ class Folder:
             self._untimed = None
         changes["version"] = event.version
         changes["last_event_type"] = event_type
+        pending = self._pending
+        return bool(pending if pending is not None else self.s.pending_tasks)
 
 
 def _on_started(f: Folder, p: Mapping[str, Any], ts: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -330,3 +331,17 @@ def test_an_instance_apply_the_class_does_not_show_asks_for_a_second_read() -> N
     assert again.build_agent(registry)
     assert isinstance(again.hosted.agent, Sneaky)
     assert again.hosted.agent.seen == [1, 2]
+
+
+def test_the_old_heap_is_frozen_for_the_outermost_replay_only() -> None:
+    assert gc.get_freeze_count() == 0
+    with replay_module.old_heap_frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with replay_module.old_heap_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen  # the inner exit does not thaw
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), replay_module.old_heap_frozen():
+        raise RuntimeError("a failed replay thaws too")
+    assert gc.get_freeze_count() == 0
