@@ -154,6 +154,8 @@ class AgentHost:
         with old_heap_frozen():
             writer = await open_writer(self.settings, self.plan.name(EVENTS), partition,
                                        scanner, plan_scan=plan_scan, observer=observe)
+            for replay in replays.values():
+                replay.settle()  # the streams' last runs: verified and folded in the replay
         table = writer.table
         replay_done = time.monotonic()
         state = _Partition(writer)

@@ -109,7 +109,7 @@ class AgentReplay:
     # After a verification failure nothing more is folded, but a quarantine recorded by an
     # earlier recovery still shows the stream was dealt with.
     quarantined_after_failure: bool = False
-    # Fed and not yet verified: ``feed`` only queues, ``_settle`` verifies and folds.
+    # Fed and not yet verified: ``feed`` only queues, ``settle`` verifies and folds.
     _events: list[Event] = field(default_factory=list)
     _offsets: list[int] = field(default_factory=list)
 
@@ -127,13 +127,13 @@ class AgentReplay:
 
     def feed(self, offset: int, event: Event) -> None:
         """The stream's next event in log order; its verdict comes with the run it is in
-        (``finish`` settles the last one): ``hosted`` is complete only after ``finish``."""
+        (``settle`` or ``finish`` the last one): ``hosted`` is complete only after them."""
         self._events.append(event)
         self._offsets.append(offset)
         if len(self._events) >= REPLAY_RUN:
-            self._settle()
+            self.settle()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Verify the queued run (one ``verify_chain`` for it) and act on each verdict as
         an event-by-event replay would: covered by the snapshot, the event only joins the
         open journals; verified, it is folded; after a failure nothing is."""
@@ -184,7 +184,7 @@ class AgentReplay:
                     and factory.apply is Agent.apply)
 
     def finish(self, head: StreamHead | None) -> VerificationFailure | None:
-        self._settle()
+        self.settle()
         return self.verifier.finish(head)
 
     def build_agent(self, registry: AgentRegistry) -> bool:
@@ -194,7 +194,7 @@ class AgentReplay:
         (its kind changed after they were dropped, or the instance overrides ``apply``):
         the caller replays the stream again without a ``registry``.
         """
-        self._settle()
+        self.settle()
         lifecycle = self.hosted.lifecycle
         agent = registry.create(lifecycle.kind, self.stream_id, lifecycle.config)
         if self.snapshot is not None and self.snapshot.state.get("agent"):
@@ -213,7 +213,7 @@ class AgentReplay:
 
     def record(self, replay_done: float, resume_s: float, verified: bool,
                discarded: str | None = None) -> RecoveryRecord:
-        self._settle()
+        self.settle()
         hosted = self.hosted
         try:
             digest: str | None = state_hash(snapshot_state(hosted))
