@@ -58,40 +58,27 @@ class _Freezes:
     """How many partition replays run now (only the outermost one freezes and thaws)."""
 
     active = 0
-    thresholds: tuple[int, int, int] = (700, 10, 10)
-
-
-# Allocations between the collector's young passes while a partition is replayed (Python's
-# default: 700). Over bench/recovery.py's 100,000-event replay: ~780 young passes with 700,
-# each promoting what the scan held then, ~25 with 20,000, ~1.5 CPU-us per event less,
-# for a few MB of garbage held a little longer.
-YOUNG_THRESHOLD = 20_000
 
 
 @contextmanager
 def old_heap_frozen() -> Iterator[None]:
     """While a partition is replayed, full garbage collections skip the objects that
-    existed before it (``gc.freeze``), and young passes are rarer (``YOUNG_THRESHOLD``).
+    existed before it (``gc.freeze``), and walk only what the replay allocates.
 
     A scan keeps short-lived objects alive across collections (fetched records, events
     queued per stream, open journals); promoted, they trigger full collections, and each
     walks the whole heap of a process that hosts many agents: 3-4 such passes over a
     100,000-event replay cost ~5 CPU-us per event in bench/recovery.py, ~1 us frozen. The
-    frozen objects are collectable again, and the thresholds are restored, when the
-    outermost replay ends.
+    frozen objects are collectable again when the replay ends (``gc.unfreeze``).
     """
     if _Freezes.active == 0:
         gc.freeze()
-        _Freezes.thresholds = gc.get_threshold()
-        young, *older = _Freezes.thresholds
-        gc.set_threshold(max(young, YOUNG_THRESHOLD), *older)
     _Freezes.active += 1
     try:
         yield
     finally:
         _Freezes.active -= 1
         if _Freezes.active == 0:
-            gc.set_threshold(*_Freezes.thresholds)
             gc.unfreeze()
 
 
