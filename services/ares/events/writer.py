@@ -137,22 +137,17 @@ class StreamTable:
         """Take an event read back from the log (recovery). A head only moves forward, one
         version at a time: a replayed or forged older version (integrity is the replay's
         verifier's business) must not make the next append reuse a version."""
-        stream_id, version = event.stream_id, event.version
-        state = self._streams.get(stream_id)
+        state = self._streams.get(event.stream_id)
         if state is None:  # its first event here (its earlier ones may have been trimmed)
-            self._streams[stream_id] = StreamState(
-                StreamHead(version, event.hash), offset if version == 1 else None)
-        elif version == state.head.version + 1:
-            state.head = StreamHead(version, event.hash)
-            if state.first_offset is None and version == 1:
+            self._streams[event.stream_id] = StreamState(
+                StreamHead(event.version, event.hash), offset if event.version == 1 else None)
+        elif event.version == state.head.version + 1:
+            state.head = StreamHead(event.version, event.hash)
+            if state.first_offset is None and event.version == 1:
                 state.first_offset = offset
         else:
             return
-        # _remember, inline: every replayed event passes here
-        recent = self._recent_ids
-        recent[event.id] = (stream_id, version)
-        if len(recent) > self._id_window:
-            recent.popitem(last=False)
+        self._remember(event)
 
     def seed(self, stream_id: str, head: StreamHead, first_offset: int | None = None) -> None:
         """A head known from a checkpoint, for a stream the recovery scan may not meet."""

@@ -98,27 +98,14 @@ class HostedAgent:
         if not events:
             return
         folder = Folder(self.lifecycle)
-        open_events = self.open_events
-        journal_from = self.journal_from_offset
         woken = resolved = False
         for event, offset in zip(events, offsets, strict=True):
-            tasks_open = folder.apply(event)
-            event_type = event.type
-            # track_journal, inlined: it reads the open tasks after each event.
-            if event_type == TASK_ASSIGNED:
-                if not open_events:
-                    journal_from = offset
-                open_events.append(event)
+            self._track_journal(event, offset, tasks_open=folder.apply(event))
+            if event.type == TASK_ASSIGNED:
                 woken = True
-            elif tasks_open:
-                open_events.append(event)
-            elif event_type in (TASK_COMPLETED, TASK_FAILED):
-                open_events.clear()
-                journal_from = None
-            if event_type == TOOL_RESOLVED:
+            elif event.type == TOOL_RESOLVED:
                 woken = resolved = True
         self.lifecycle = lifecycle = folder.freeze()
-        self.journal_from_offset = journal_from
         last = events[-1]
         self.last_offset = offsets[-1]
         self.last_hash = last.hash
@@ -134,11 +121,15 @@ class HostedAgent:
 
     def track_journal(self, event: Event, offset: int | None) -> None:
         """Keep the events a re-run of the open tasks needs, and nothing older."""
+        self._track_journal(event, offset, tasks_open=bool(self.lifecycle.pending_tasks))
+
+    def _track_journal(self, event: Event, offset: int | None, *, tasks_open: bool) -> None:
+        """``track_journal`` given whether tasks are open once ``event`` is folded."""
         if event.type == TASK_ASSIGNED and not self.open_events:
             self.journal_from_offset = offset
-        if self.lifecycle.pending_tasks or event.type == TASK_ASSIGNED:
+        if tasks_open or event.type == TASK_ASSIGNED:
             self.open_events.append(event)
-        if event.type in (TASK_COMPLETED, TASK_FAILED) and not self.lifecycle.pending_tasks:
+        if event.type in (TASK_COMPLETED, TASK_FAILED) and not tasks_open:
             self.open_events.clear()
             self.journal_from_offset = None
 

@@ -282,8 +282,6 @@ def validate_snapshot(snapshot: SnapshotRef, first_event_after: Event | None,
 
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
 TRUNCATED = "truncated"
-# The hash field at the end of an Event body: its length (80 01) and 64 hex characters.
-_HASHED_TAIL = 66
 HEAD_MISMATCH = "head_mismatch"
 
 
@@ -371,9 +369,6 @@ class StreamVerifier:
         rest = events[i:]
         if not rest:
             return results
-        if self._check_hashes and self._verified_as_read(rest):
-            self.applied += len(rest)
-            return [*results, *([Feed.APPLY] * len(rest))]
         if rest[0].stream_id == self.stream_id:
             try:
                 head = verify_chain(rest, self.head, check_hashes=self._check_hashes,
@@ -385,26 +380,6 @@ class StreamVerifier:
                 self.applied += len(rest)
                 return [*results, *([Feed.APPLY] * len(rest))]
         return [*results, *(self.feed(event) for event in rest)]
-
-    def _verified_as_read(self, events: Sequence[Event]) -> bool:
-        """True, the head moved past ``events``, when each continues the chain and its body
-        as read hashes to its hash: the check ``verify_chain`` makes first, without its
-        per-event ``StreamHead`` and calls (half of a replay's verification cost). False
-        changes nothing: ``verify_chain`` decides (and says what is wrong)."""
-        stream_id, version, digest = self.stream_id, self.head.version, self.head.hash
-        sha256 = hashlib.sha256
-        for event in events:
-            body = event.wire_body
-            # The body ends with the 64-character hash (66 bytes with its length); with an
-            # empty hash (one 00 byte) instead it is what the writer hashed (chain.py).
-            if (event.version != version + 1 or event.prev_hash != digest
-                    or event.stream_id != stream_id or body is None
-                    or len(body) <= _HASHED_TAIL
-                    or sha256(body[:-_HASHED_TAIL] + b"\x00").hexdigest() != event.hash):
-                return False
-            version, digest = event.version, event.hash
-        self.head = StreamHead(version, digest)
-        return True
 
     def finish(self, expected: StreamHead | None = None) -> VerificationFailure | None:
         """The stream's verdict at the end of the replay; ``expected`` is its head as the
