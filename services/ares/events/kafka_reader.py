@@ -114,11 +114,12 @@ class PartitionScanner:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    async def scan_records(
+    async def scan_record_batches(
         self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
-    ) -> AsyncIterator[ConsumerRecord]:
+    ) -> AsyncIterator[list[ConsumerRecord]]:
         """Raw records from ``start`` (default: the log start) to the LSO at call time, only
-        those with ``key`` when given."""
+        those with ``key`` when given, a fetch at a time: a whole-partition scan pays the
+        async iteration per fetch, not per record."""
         async with self._lock:
             consumer = self._consumer
             consumer.assign([tp])
@@ -129,12 +130,18 @@ class PartitionScanner:
                     consumer.seek(tp, start)
                 end = await self.last_stable_offset(tp)
                 while await consumer.position(tp) < end:
-                    batch = await consumer.getmany(tp, timeout_ms=FETCH_TIMEOUT_MS)
-                    for record in batch.get(tp, ()):
-                        if record.offset >= end:
-                            return
-                        if key is None or record.key == key:
-                            yield record
+                    fetched = (await consumer.getmany(tp, timeout_ms=FETCH_TIMEOUT_MS)).get(tp)
+                    if not fetched:
+                        continue
+                    done = fetched[-1].offset >= end
+                    if done:
+                        fetched = [r for r in fetched if r.offset < end]
+                    if key is not None:
+                        fetched = [r for r in fetched if r.key == key]
+                    if fetched:
+                        yield fetched
+                    if done:
+                        return
             finally:
                 # An assigned partition is fetched in the background for as long as it
                 # stays assigned: with fetch_max_wait_ms=5 an idle scanner would poll its
@@ -143,15 +150,36 @@ class PartitionScanner:
                 with contextlib.suppress(IllegalStateError):
                     consumer.pause(tp)
 
+    async def scan_records(
+        self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
+    ) -> AsyncIterator[ConsumerRecord]:
+        """``scan_record_batches`` one record at a time."""
+        async for records in self.scan_record_batches(tp, start, key):
+            for record in records:
+                yield record
+
+    async def scan_batches(
+        self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
+    ) -> AsyncIterator[list[tuple[int, Event]]]:
+        """(offset, event) pairs, a fetch at a time. Undecodable records are counted and
+        skipped: only partition owners write here, so they mean a bug or tampering, logged
+        loudly."""
+        async for records in self.scan_record_batches(tp, start, key):
+            decoded = []
+            for record in records:
+                try:
+                    decoded.append((record.offset, decode_event(record.value)))
+                except SchemaError as exc:
+                    self.undecodable += 1
+                    log.error("undecodable record at %s/%d offset %d: %s", tp.topic,
+                              tp.partition, record.offset, exc)
+            if decoded:
+                yield decoded
+
     async def scan(
         self, tp: TopicPartition, start: int | None = None, key: bytes | None = None
     ) -> AsyncIterator[tuple[int, Event]]:
-        """(offset, event) like ``scan_records``. Undecodable records are counted and skipped:
-        only partition owners write here, so they mean a bug or tampering, logged loudly."""
-        async for record in self.scan_records(tp, start, key):
-            try:
-                yield record.offset, decode_event(record.value)
-            except SchemaError as exc:
-                self.undecodable += 1
-                log.error("undecodable record at %s/%d offset %d: %s", tp.topic,
-                          tp.partition, record.offset, exc)
+        """``scan_batches`` one event at a time."""
+        async for batch in self.scan_batches(tp, start, key):
+            for item in batch:
+                yield item

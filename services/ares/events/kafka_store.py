@@ -208,10 +208,12 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     try:
         await _refuse_hanging_transaction(scanner, tp)
         start_offset, table = (None, StreamTable()) if plan_scan is None else await plan_scan()
-        async for offset, event in scanner.scan(tp, start_offset):
-            table.observe(event, offset)
-            if observer is not None:
-                observer(offset, event)
+        observe = table.observe
+        async for batch in scanner.scan_batches(tp, start_offset):
+            for offset, event in batch:
+                observe(event, offset)
+                if observer is not None:
+                    observer(offset, event)
         end = await scanner.last_stable_offset(tp)
     except BaseException:
         await producer.stop()
