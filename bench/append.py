@@ -294,15 +294,16 @@ def measure_codec(news: Mapping[str, Sequence[NewEvent]],
     Returns the section and every sealed record (the bytes the ceilings send).
     """
     sealed = seal_all(news, partitions)
-    pairs = [(new, record) for stream_id, events in news.items()
-             for new, record in zip(events, sealed[stream_id], strict=True)][:CODEC_SAMPLE]
+    # seal_all keeps each record's Event
+    pairs = [(new, record.event, record.value) for stream_id, events in news.items()
+             for new, record in zip(events, sealed[stream_id], strict=True)
+             if record.event is not None][:CODEC_SAMPLE]
     schema = default_codec().schemas.get(EVENT).parsed
-    datums = [_datum(record.event) for _, record in pairs]
-    bodies = [record.value[HEADER_SIZE:] for _, record in pairs]
+    datums = [_datum(event) for _, event, _ in pairs]
+    bodies = [value[HEADER_SIZE:] for _, _, value in pairs]
 
     def ours() -> None:
-        for new, record in pairs:
-            e = record.event
+        for new, e, _ in pairs:
             seal_encoded(e.stream_id, StreamHead(e.version - 1, e.prev_hash), new, e.version)
 
     def fastavro_encode() -> None:

@@ -334,13 +334,16 @@ def step_events(streams: Sequence[str], per_stream: int,
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One sealed event as a raw client sends it: our wire bytes, key, headers, partition."""
+    """One sealed event as a raw client sends it: our wire bytes, key, headers, partition;
+    and the sealed ``Event``, unless the benchmark drops it (bench/recovery.py keeps 100,000
+    records for a whole run: as Events they would be a million objects that every full
+    garbage collection in the process walks, ours and the ceiling's alike)."""
 
     partition: int
     key: bytes
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
-    event: Event
+    event: Event | None
 
 
 def seal_all(events: Mapping[str, Sequence[NewEvent]], partitions: int) -> dict[str, list[Record]]:

@@ -131,7 +131,7 @@ async def _fill(producer: AIOKafkaProducer, topic: str, records: Sequence[Record
         for r in chunk:
             future = await producer.send(topic, r.value, key=r.key, partition=r.partition,
                                          headers=list(r.headers))
-            if r.event.version == 1:
+            if r.event is not None and r.event.version == 1:
                 firsts.append((r.event.stream_id, future))
         await producer.commit_transaction()
         for stream_id, future in firsts:

@@ -151,7 +151,7 @@ def seal_from(heads: Mapping[str, StreamHead],
             event, wire = seal_encoded(stream_id, head, new, head.version + 1)
             head = StreamHead(event.version, event.hash)
             records.append(Sealed(0, stream_id.encode(), wire,
-                                  (("ares.type", new.type.encode()),), event))
+                                  (("ares.type", new.type.encode()),), None))
         sealed[stream_id] = records
     return sealed
 
