@@ -107,8 +107,9 @@ class KafkaEventStore:
             tp = TopicPartition(self.topic, partition)
             if (writer := self._writers.get(partition)) is not None:
                 await self._scanner.wait_until_stable(tp, writer.committed_end)
-            async for _, event in self._scanner.scan(tp):
-                yield event
+            async for batch in self._scanner.scan_batches(tp):
+                for _, event in batch:
+                    yield event
 
     def subscribe(self, event_filter: EventFilter) -> Subscription:
         """Live events from the call on: located by the records' log timestamps (the
