@@ -102,6 +102,8 @@ async def test_a_dead_agent_needs_a_verdict() -> None:
     found = check(quarantined, _acks(), LLM, [])
     assert found.violations == []  # the verdict: quarantined, its task waits for an operator
     assert found.quarantined == [AGENT]
+    assert found.quarantine_reasons == {AGENT: "budget"}
+    assert (found.tasks_completed, found.tasks_awaiting_operator) == (0, 1)
 
 
 async def test_a_completed_task_without_its_email_and_lost_acks_are_violations() -> None:

@@ -66,6 +66,7 @@ def ares(settings: Settings, *args: str) -> Result:
 
 def ares_process(settings: Settings, *args: str) -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ARES_")}
+    environ["PYTHONFAULTHANDLER"] = "1"  # SIGABRT prints every thread's stack (a hang's why)
     return subprocess.Popen(
         [str(ARES), "--bootstrap-servers", settings.kafka_bootstrap, "--topic-prefix",
          settings.topic_prefix, *args],
@@ -326,8 +327,14 @@ class Tail:
         try:
             out, _ = self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise
+            self.process.send_signal(signal.SIGABRT)  # the stacks, then the end
+            try:
+                self.process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.communicate()
+            self._reader.join(10)
+            pytest.fail(f"tail still ran {timeout} s later; its stderr:\n{''.join(self.stderr)}")
         self._reader.join(10)
         return self.process.returncode, out, "".join(self.stderr)
 

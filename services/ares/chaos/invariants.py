@@ -39,6 +39,10 @@ class Findings:
     tasks_failed: int = 0
     tasks_in_doubt: int = 0
     quarantined: list[str] = field(default_factory=list)
+    # Why each quarantined agent was quarantined (its agent.quarantined ``reason``).
+    quarantine_reasons: dict[str, str] = field(default_factory=dict)
+    # Acknowledged tasks of quarantined agents, left for an operator (`ares agents resume`).
+    tasks_awaiting_operator: int = 0
     deaths: int = 0
     resurrections: int = 0
     emails_sent: int = 0
@@ -48,6 +52,8 @@ class Findings:
     def to_json(self) -> dict[str, Any]:
         return {"tasks_completed": self.tasks_completed, "tasks_failed": self.tasks_failed,
                 "tasks_in_doubt": self.tasks_in_doubt, "quarantined": self.quarantined,
+                "quarantine_reasons": self.quarantine_reasons,
+                "tasks_awaiting_operator": self.tasks_awaiting_operator,
                 "deaths": self.deaths, "resurrections": self.resurrections,
                 "emails_sent": self.emails_sent, "steps_reused": self.steps_reused,
                 "events_checked": self.events}
@@ -143,7 +149,7 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
     done: set[str] = set()
     call_tasks: dict[str, str] = {}  # tool call id -> its task (from the intent)
     doubted: set[str] = set()
-    status = ""
+    status = reason = ""
     for event in events:
         p = event.payload
         if event.type == "task.assigned":
@@ -171,8 +177,11 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
             found.resurrections += 1
         if event.type in VERDICTS or event.type in UNSETTLED:
             status = event.type
+            if status == "agent.quarantined":
+                reason = str(p.get("reason"))
     if status == "agent.quarantined":
         found.quarantined.append(agent_id)
+        found.quarantine_reasons[agent_id] = reason
     if status in UNSETTLED:
         bad.add("dead_without_verdict", f"{agent_id}: its last lifecycle event is {status}")
     for task_id in acked_tasks:
@@ -183,6 +192,8 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
             continue
         elif task_id in doubted:
             found.tasks_in_doubt += 1
-        elif status != "agent.quarantined":  # a quarantined agent's tasks wait for an operator
+        elif status == "agent.quarantined":  # a quarantined agent's tasks wait for an operator
+            found.tasks_awaiting_operator += 1
+        else:
             bad.add("task_not_finished", f"{agent_id}/{task_id}: neither completed nor "
                                          "surfaced in doubt")
