@@ -329,12 +329,13 @@ class Tail:
         except subprocess.TimeoutExpired:
             self.process.send_signal(signal.SIGABRT)  # the stacks, then the end
             try:
-                self.process.communicate(timeout=10)
+                _, rest = self.process.communicate(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.communicate()
+                _, rest = self.process.communicate()
             self._reader.join(10)
-            pytest.fail(f"tail still ran {timeout} s later; its stderr:\n{''.join(self.stderr)}")
+            pytest.fail(f"tail still ran {timeout} s later; its stderr:\n"
+                        f"{''.join(self.stderr)}{rest or ''}")
         self._reader.join(10)
         return self.process.returncode, out, "".join(self.stderr)
 
@@ -379,7 +380,20 @@ def test_tail_ends_on_timeout(env: Settings) -> None:
     assert time.monotonic() - started < 60
 
 
+@pytest.fixture
+def sigint_not_ignored() -> Iterator[None]:
+    """A suite started in the background by a shell without job control runs with SIGINT
+    ignored, and a child inherits that: its Ctrl-C would do nothing, by Unix convention.
+    The child of this test must get the default disposition (Python's KeyboardInterrupt)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.usefixtures("sigint_not_ignored")
 def test_tail_ends_cleanly_on_a_signal(env: Settings, sig: signal.Signals) -> None:
     tail = Tail(env)
     tail.wait_following()
