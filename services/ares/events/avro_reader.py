@@ -1,11 +1,12 @@
 """Compiled Avro readers: one generated Python function per parsed schema.
 
 fastavro's ``schemaless_reader`` walks the schema on every call (type names compared as
-strings, the union's branches resolved, options looked up per value): ~15 us of the ~17 us
-that decoding a replayed event costs, and two thirds of a recovery's CPU. ares reads the
-same few schemas millions of times, so ``compile_reader`` turns a parsed writer schema into
-straight-line Python once — each field a varint and a slice, single-byte varints inline —
-about three times faster on ares' envelopes (bench/recovery.py reports it).
+strings, the union's branches resolved, options looked up per value): most of what
+decoding a replayed event costs, and decoding was two thirds of a recovery's CPU. ares
+reads the same few schemas millions of times, so ``compile_reader`` turns a parsed writer
+schema into straight-line Python once — each field a varint and a slice, single-byte
+varints inline: an Event body of the recovery benchmark reads in ~8 us instead of 13-20
+(docs/benchmarks.md).
 
 It covers what ares' schemas use: null, boolean, int, long, float, double, string, bytes,
 fixed, enum, records (also named references), arrays, maps, unions, and the
@@ -17,8 +18,8 @@ A compiled reader is strict where fastavro is lenient or undefined (a boolean by
 than 0 or 1, a negative length, a varint of more than ten bytes, trailing garbage is the
 caller's): it raises ``MalformedAvro`` (or an ``IndexError``/``UnicodeDecodeError``) and
 the caller re-reads the same bytes with fastavro, whose result or error is then the
-answer. So bad input is reported exactly as before, and the fast path only ever returns
-what fastavro returns (property-tested in tests/unit/test_avro_reader.py).
+answer. So bad input is reported exactly as before; that the fast path returns only
+what fastavro returns is property-tested in tests/unit/test_avro_reader.py.
 """
 
 from __future__ import annotations
