@@ -41,6 +41,11 @@ class MalformedAvro(ValueError):
     """The bytes are not what the schema says; re-read them with fastavro for its error."""
 
 
+# What a compiled reader raises on malformed bytes (MalformedAvro and UnicodeDecodeError are
+# ValueErrors; IndexError: past the end; struct.error: a short float or double).
+READ_ERRORS: tuple[type[Exception], ...] = (ValueError, IndexError, struct.error)
+
+
 class _Unsupported(Exception):
     """A schema construct the compiler does not handle: fastavro reads that schema."""
 
@@ -288,8 +293,8 @@ def compile_reader(parsed: Any) -> Reader | None:
 
     ``reader(data, pos)`` returns the value at ``pos`` and the position after it, as
     ``schemaless_reader(..., return_record_name=True, return_record_name_override=True)``
-    would; on malformed bytes it raises (``MalformedAvro``, ``IndexError``,
-    ``UnicodeDecodeError``, ``struct.error``): read them with fastavro to learn why.
+    would; on malformed bytes it raises one of ``READ_ERRORS``: read them with fastavro to
+    learn why.
     """
     named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
     compiler = _Compiler(named)
@@ -307,4 +312,4 @@ def compile_reader(parsed: Any) -> Reader | None:
     return reader
 
 
-__all__ = ["MalformedAvro", "Reader", "compile_reader", "read_long"]
+__all__ = ["READ_ERRORS", "MalformedAvro", "Reader", "compile_reader", "read_long"]

@@ -26,7 +26,6 @@ as the DLQ's reason header; the message adds the detail.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,7 +37,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
 from ares.errors import SchemaError
-from ares.events.avro_reader import Reader, compile_reader
+from ares.events.avro_reader import READ_ERRORS, Reader, compile_reader
 from ares.events.envelope import EnvelopeWriter
 from ares.events.model import Event
 from ares.events.schemas import (
@@ -304,8 +303,8 @@ class Codec:
         if compiled is not None and type(data) is bytes:
             try:
                 record, end = compiled(data, offset)
-            except (ValueError, IndexError, struct.error):
-                pass  # malformed (UnicodeDecodeError is a ValueError): fastavro says how
+            except READ_ERRORS:
+                pass  # malformed: fastavro says how
             else:
                 if end == len(data) and type(record) is dict:
                     return record
