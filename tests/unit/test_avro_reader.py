@@ -168,7 +168,8 @@ def test_damaged_bytes_read_as_fastavro_or_not_at_all(datum: Any, data: st.DataO
         ours = READ(damaged, 0)
     except READ_ERRORS:
         return
-    assert ours == fastavro_read(PARSED, damaged)
+    # repr: a flipped byte can make a float NaN, which equals nothing, itself included
+    assert repr(ours) == repr(fastavro_read(PARSED, damaged))
 
 
 def test_negative_block_counts_carry_a_byte_size() -> None:
