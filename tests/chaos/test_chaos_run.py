@@ -69,7 +69,8 @@ def test_fifty_faults_under_load_break_no_promise() -> None:
 # evidence in their logs, is reported as this known broker failure; anything else fails.
 BROKER_SIGNATURE = "Couldn't find leader endpoint for partitions"
 OWNER_SIGNATURE = "hanging) transaction"
-STALLED_KINDS = {"task_not_finished", "dead_without_verdict", "email_missing"}
+STALLED_KINDS = {"task_not_finished", "dead_without_verdict", "email_missing",
+                 "request_unanswered"}
 
 
 def _known_broker_bug(report: dict[str, object]) -> None:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import uuid
 
-from aiokafka import AIOKafkaProducer
-
 from ares.config import Settings
 from ares.errors import AresError
-from ares.events.chain import seal_encoded, verify_chain
+from ares.events.chain import verify_chain
 from ares.events.kafka_store import KafkaEventStore
-from ares.events.model import NewEvent, StreamHead
+from ares.events.model import NewEvent
 from ares.topics import EVENTS
-from tests.support.kafka import applied_topics
+from tests.support.kafka import applied_topics, undecided_record
 
 
 async def test_a_writer_refuses_a_partition_with_a_hanging_transaction(
@@ -39,16 +37,7 @@ async def test_a_writer_refuses_a_partition_with_a_hanging_transaction(
     async with applied_topics(settings, partitions=1) as plan:
         topic = plan.name(EVENTS)
         stream = "agent-hanging"
-        _, hidden = seal_encoded(stream, StreamHead(), NewEvent(
-            "task.assigned", "chaos-test", {"task_id": "t1", "input_json": "{}"}), 1)
-        intruder = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap,
-                                    transactional_id=f"hang-{uuid.uuid4().hex}",
-                                    transaction_timeout_ms=120_000)
-        await intruder.start()
-        try:
-            await intruder.begin_transaction()
-            await intruder.send_and_wait(topic, hidden,
-                                         key=stream.encode(), partition=0)
+        async with undecided_record(kafka_bootstrap, topic, stream, 0) as intruder:
             # The open transaction holds the LSO at its first offset, as a hanging one does.
             refused = False
             try:
@@ -62,8 +51,6 @@ async def test_a_writer_refuses_a_partition_with_a_hanging_transaction(
                 finally:
                     await store.close()
             await intruder.commit_transaction()  # the hidden record becomes visible
-        finally:
-            await intruder.stop()
         reader = await KafkaEventStore.open(settings, owned=[], topic=topic)
         try:
             events = await reader.read(stream)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
+from ares.events.chain import seal_encoded
+from ares.events.model import NewEvent, StreamHead
 from ares.topics import TopicPlan, apply_topics, delete_topics, load_topics
 
 
@@ -88,3 +91,24 @@ async def drain_records(bootstrap: str, topic: str, *, partitions: int = 1,
         return found
     finally:
         await consumer.stop()
+
+
+@asynccontextmanager
+async def undecided_record(bootstrap: str, topic: str, stream_id: str,
+                           partition: int) -> AsyncIterator[AIOKafkaProducer]:
+    """A foreign transaction left open with ``stream_id``'s version 1 in it: it holds the
+    partition's LSO as a hanging transaction does. Yields its producer (commit or abort
+    it to decide the record); stopped afterwards."""
+    _, hidden = seal_encoded(stream_id, StreamHead(), NewEvent(
+        "task.assigned", "chaos-test", {"task_id": "t1", "input_json": "{}"}), 1)
+    intruder = AIOKafkaProducer(bootstrap_servers=bootstrap,
+                                transactional_id=f"intruder-{uuid.uuid4().hex}",
+                                transaction_timeout_ms=120_000)
+    await intruder.start()
+    try:
+        await intruder.begin_transaction()
+        await intruder.send_and_wait(topic, hidden, key=stream_id.encode(),
+                                     partition=partition)
+        yield intruder
+    finally:
+        await intruder.stop()

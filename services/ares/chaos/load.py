@@ -82,6 +82,8 @@ class Load:
         self._client: Client | None = None
         self._client_lock = asyncio.Lock()
         self._stop = asyncio.Event()
+        # Requests sent and not answered yet, with their failed attempts so far.
+        self._in_flight: dict[str, int] = {}
 
     def stop(self) -> None:
         """Stop issuing new work (requests in flight still finish: they get acknowledged)."""
@@ -122,8 +124,21 @@ class Load:
 
     async def _until_acked(self, what: str, call: Callable[[Client], Awaitable[T]]) -> T:
         """Send until the owner answers; every failure is retried with the same identity."""
+        self._in_flight[what] = 0
+        try:
+            return await self._retried(what, call)
+        finally:
+            self._in_flight.pop(what, None)
+
+    def unanswered(self) -> list[str]:
+        """The requests still waiting for an answer, each with its failed attempts."""
+        return [f"{what} (unanswered after {failures} failed attempts)"
+                for what, failures in sorted(self._in_flight.items())]
+
+    async def _retried(self, what: str, call: Callable[[Client], Awaitable[T]]) -> T:
         failures = 0
         while True:
+            self._in_flight[what] = failures
             client = await self._ensure_client()
             try:
                 return await call(client)

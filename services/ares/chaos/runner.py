@@ -200,7 +200,7 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
         progress("every fault injected and healed: stopping the load")
         load.stop()
         await _heal_all(cluster)
-        await asyncio.wait_for(load_task, options.settle_timeout_s)
+        unanswered = await _stop_load(load, load_task, options.settle_timeout_s, progress)
         report.load = load.summary()
         progress("settling: waiting for every task and every agent")
         settle_start = time.monotonic()
@@ -211,7 +211,7 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
         audit = await _audit(settings, plan)
         findings = check(streams, load.acks, evidence.read_lines(ledger / evidence.LLM_CALLS),
                          evidence.read_lines(ledger / evidence.SIDE_EFFECTS), audit)
-        report.violations = findings.violations
+        report.violations = findings.violations + unanswered
         report.outcome = findings.to_json()
     finally:
         load.stop()
@@ -220,6 +220,24 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
             task.cancel()
         await asyncio.gather(load_task, watch, return_exceptions=True)
         await load.close()
+
+
+async def _stop_load(load: Load, task: asyncio.Task[None], timeout_s: float,
+                     progress: Progress) -> list[str]:
+    """Wait for the requests in flight; those still unanswered after ``timeout_s`` (with
+    every fault healed) are violations of their own, and the run goes on to its checks
+    and its report instead of ending without one."""
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if done:
+        task.result()  # the load's own failure, if any, is the run's
+        return []
+    unanswered = [f"request_unanswered: {what}" for what in load.unanswered()]
+    progress(f"{len(unanswered)} request(s) still unanswered {timeout_s:.0f}s after the "
+             "last fault healed: stopping the load and checking what was acknowledged")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return unanswered or ["request_unanswered: the load did not stop (no request in flight)"]
 
 
 # -- faults ------------------------------------------------------------------------------

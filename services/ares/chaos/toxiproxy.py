@@ -63,11 +63,24 @@ def ensure_binary(version: str = TOXIPROXY_VERSION, timeout_s: float = 900.0) ->
     return target
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port free now and never handed out before by this process.
+
+    The kernel may give the same ephemeral port to two binds in a row once the first
+    socket is closed: a chaos run once got its broker's listener and a proxy's on one port
+    (the broker refused to start). Nothing binds the ports until the services start, so
+    distinctness is kept here.
+    """
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class ToxiproxyServer:

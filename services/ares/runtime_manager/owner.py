@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -45,6 +45,10 @@ from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
 log = logging.getLogger(__name__)
 FORWARDED_FROM = "ares.forwarded.from"
+HEARTBEAT_INTERVAL_MS = 1000
+# A partition whose takeover failed (a hanging transaction, the broker away) is tried again
+# this often while it stays assigned: an operator's fix brings it back without a restart.
+TAKEOVER_RETRY_S = 10.0
 
 
 def runtime_group(settings: Settings) -> str:
@@ -147,6 +151,9 @@ class PartitionOwner:
         self._scanner: PartitionScanner | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Assigned partitions whose takeover failed: their commands wait (paused), retried.
+        self._unopened: set[int] = set()
+        self._retry_at = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -159,7 +166,8 @@ class PartitionOwner:
             self.settings, group_id=self.group_id, group_instance_id=self._instance_id,
             client_id=self.client_id,
             partition_assignment_strategy=(StickyPartitionAssignor,),
-            session_timeout_ms=self._session_timeout_ms, heartbeat_interval_ms=1000,
+            session_timeout_ms=self._session_timeout_ms,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             max_poll_records=500,
         )
         try:
@@ -228,7 +236,8 @@ class PartitionOwner:
         return coordinator is not None and coordinator.generation < 0
 
     async def on_assigned(self, partitions: set[int]) -> None:
-        async with self._lock:
+        async with self._lock, _heartbeats_kept(self._consumer):
+            self._unopened &= partitions
             for partition in list(self._suspended):
                 if partition not in partitions:
                     await self.host.release_partition(partition)
@@ -242,12 +251,68 @@ class PartitionOwner:
                 if warm is not None:
                     await self.host.release_partition(partition)
                     await warm.stop()
-                assert self._scanner is not None
-                self.writers[partition] = await self.host.open_partition(
-                    partition, self._scanner, await self.live_workers())
-            log.info("owning partitions %s of %s", sorted(partitions), self.events_topic)
+                await self._take_over(partition)
+            log.info("owning partitions %s of %s", sorted(set(partitions) - self._unopened),
+                     self.events_topic)
             metrics.OWNED_PARTITIONS.set(len(self.writers))
             self.ready.set()
+
+    async def _take_over(self, partition: int) -> bool:
+        """Open ``partition``'s writer; on failure its commands wait (the partition is
+        paused) and it is tried again every ``TAKEOVER_RETRY_S``. One partition that cannot
+        be taken over (a hanging transaction waits for an operator) must not keep its
+        siblings on this member from being served."""
+        assert self._scanner is not None
+        assert self._consumer is not None
+        tp = TopicPartition(self.commands_topic, partition)
+        try:
+            self.writers[partition] = await self.host.open_partition(
+                partition, self._scanner, await self.live_workers())
+        except Exception as exc:
+            if isinstance(exc, AresError):
+                log.error("partition %d: taking it over failed, its commands wait and it is "
+                          "tried again every %.0fs: %s", partition, TAKEOVER_RETRY_S, exc)
+            else:  # a bug: the traceback says where
+                log.exception("partition %d: taking it over failed, its commands wait and "
+                              "it is tried again every %.0fs", partition, TAKEOVER_RETRY_S)
+            self._unopened.add(partition)
+            self._retry_at = time.monotonic() + TAKEOVER_RETRY_S
+            self._consumer.pause(tp)
+            return False
+        if partition in self._unopened:
+            self._unopened.discard(partition)
+            self._consumer.resume(tp)
+            log.info("partition %d: taken over on retry", partition)
+        return True
+
+    async def _retry_takeovers(self) -> None:
+        if not self._unopened or time.monotonic() < self._retry_at:
+            return
+        async with self._lock:
+            assert self._consumer is not None
+            assigned = {tp.partition for tp in self._consumer.assignment()}
+            self._unopened &= assigned
+            for partition in sorted(self._unopened):
+                if not await self._still_undecided(partition):
+                    await self._take_over(partition)
+            self._retry_at = time.monotonic() + TAKEOVER_RETRY_S
+            metrics.OWNED_PARTITIONS.set(len(self.writers))
+
+    async def _still_undecided(self, partition: int) -> bool:
+        """Whether records still hold the partition's LSO below its high watermark: a cheap
+        look, so a retry neither fences again nor holds the command loop for the takeover's
+        whole hanging-transaction wait while an operator has not acted yet."""
+        assert self._scanner is not None
+        tp = TopicPartition(self.events_topic, partition)
+        try:
+            stable = await self._scanner.last_stable_offset(tp)
+            high = await self._scanner.high_watermark(tp)
+        except (AresError, KafkaError):
+            return False  # the takeover itself will say what is wrong
+        if stable < high:
+            log.info("partition %d: still held by undecided records (LSO %d < high "
+                     "watermark %d); waiting for them to be aborted", partition, stable, high)
+        return stable < high
 
     async def live_workers(self) -> frozenset[str]:
         """Client ids of the group's members now: a previous owner among them handed its
@@ -270,6 +335,7 @@ class PartitionOwner:
         while True:
             batches = await self._consumer.getmany(timeout_ms=200)
             self._record_lag()
+            await self._retry_takeovers()
             if not batches:
                 continue
             async with self._lock:
@@ -306,9 +372,8 @@ class PartitionOwner:
             if tp in self._consumer.assignment() and self._scanner is not None:
                 # Still ours (we were expelled and came back with a stale warm writer):
                 # take it over again, fencing whoever held it meanwhile, and redo the batch.
-                self.writers[tp.partition] = await self.host.open_partition(
-                    tp.partition, self._scanner, await self.live_workers())
                 self._consumer.seek(tp, records[0].offset)
+                await self._take_over(tp.partition)
         except AresError as exc:
             # Nothing of the transaction is visible and no offset was committed: redo it.
             log.warning("transaction on partition %d failed (%s); retrying the batch",
@@ -430,6 +495,43 @@ class PartitionOwner:
                             record.key, record.value)
         await tx.send(self.dlq_topic, record.value or b"", key=record.key,
                       headers=letter.headers())
+
+
+@contextlib.asynccontextmanager
+async def _heartbeats_kept(consumer: AIOKafkaConsumer | None) -> AsyncIterator[None]:
+    """Keep the member's session alive while a rebalance callback runs.
+
+    aiokafka stops heartbeating from the start of a rejoin until the assignment callback
+    returns, so a takeover longer than ``session_timeout_ms`` (a long scan, a hanging
+    transaction's wait) got the member expelled mid-takeover: the group rebalanced, the
+    next member started the same takeover and was expelled in turn, forever, and no error
+    was ever logged. The Java client heartbeats from a thread during callbacks (KIP-62);
+    this does the same with aiokafka 0.14's own heartbeat request. A heartbeat that finds
+    the group rebalancing asks for a rejoin, which happens once the callback returns.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    beat = getattr(coordinator, "_do_heartbeat", None)
+    if beat is None:
+        yield
+        return
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_MS / 1000)
+            if getattr(coordinator, "generation", -1) < 0:
+                return  # no longer a member: nothing to keep alive
+            try:
+                await beat()
+            except KafkaError as exc:
+                log.debug("heartbeat during a rebalance callback failed: %s", exc)
+
+    task = asyncio.create_task(loop(), name="owner-callback-heartbeat")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _reason(exc: BaseException, default: str) -> str:
