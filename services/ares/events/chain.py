@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from ares.errors import IntegrityError
 from ares.events.codec import Codec, CodecError, default_codec, normalize_metadata
-from ares.events.model import Event, NewEvent, StreamHead, utc_now
+from ares.events.model import Event, NewEvent, StreamHead, make_event, utc_now
 from ares.events.schemas import EVENT, SchemaFile
 
 # Avro encoding of a 64-character string: zig-zag varint length (128 = 80 01), then UTF-8.
@@ -86,9 +86,8 @@ def seal_encoded(stream_id: str, head: StreamHead, new: NewEvent, version: int,
     # with the hash itself.
     digest = hashlib.sha256(unhashed + b"\x00").hexdigest()
     wire = codec.frame_event(unhashed + _HASH_LENGTH_PREFIX + digest.encode("ascii"))
-    sealed = Event(id=new.id, stream_id=stream_id, type=new.type, module=new.module,
-                   version=version, timestamp=stamp, payload=prepared.value, metadata=metadata,
-                   prev_hash=prev_hash, hash=digest)
+    sealed = make_event(new.id, stream_id, new.type, new.module, version, stamp,
+                        prepared.value, metadata, prev_hash, digest)
     return sealed, wire
 
 

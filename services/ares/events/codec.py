@@ -39,7 +39,7 @@ from fastavro.read import SchemaResolutionError
 from ares.errors import SchemaError
 from ares.events.avro_reader import READ_ERRORS, Reader, compile_reader
 from ares.events.envelope import EnvelopeWriter
-from ares.events.model import Event
+from ares.events.model import Event, make_event
 from ares.events.schemas import (
     COMMAND,
     COMMAND_PAYLOADS,
@@ -268,13 +268,9 @@ class Codec:
         if writer.name != EVENT:
             raise CodecError("schema_mismatch", f"expected {EVENT}, got {writer.name}")
         r = self._read(writer, data, offset)
-        event = Event(
-            id=r["id"], stream_id=r["stream_id"], type=r["type"], module=r["module"],
-            version=r["version"], timestamp=r["timestamp"], payload=self._payload_value(r),
-            metadata=r["metadata"], prev_hash=r["prev_hash"], hash=r["hash"],
-        )
-        object.__setattr__(event, "wire_body", data[offset:])
-        return event
+        return make_event(r["id"], r["stream_id"], r["type"], r["module"], r["version"],
+                          r["timestamp"], self._payload_value(r), r["metadata"],
+                          r["prev_hash"], r["hash"], data[offset:])
 
     # -- internals -----------------------------------------------------------------------
 
