@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import hashlib
 import itertools
+import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -82,7 +83,7 @@ P99_TARGET_MS = 10.0
 
 
 async def run(settings: Settings, *, events: int = 20_000, streams: int = 200,
-              rounds: int = 3, latency_samples: int = 500,
+              rounds: int = 9, latency_samples: int = 500,
               partitions: int | None = None) -> Section:
     """The ``append`` report section (topics of its own, deleted at the end).
 
@@ -127,14 +128,15 @@ async def run(settings: Settings, *, events: int = 20_000, streams: int = 200,
     shape = {"transactions": total_tx,
              "events_per_transaction": round(len(records) / max(1, total_tx), 2)}
     ours_figures = ours.to_dict(**shape)
+    round_ratios = rate_ratios([m.ours for m in measured], [m.transactional for m in measured])
     return section(
         "append", "events_per_s", ours_figures, tx_ceiling.to_dict(**shape),
         target=THROUGHPUT_TARGET,
         what=(f"{streams} agents x {per_stream} sequential single-event appends (OCC), "
               f"{partitions} partitions, ~{_mean_size(records)}-byte records, acks=all; "
               "ceiling: raw aiokafka transactional producers, same records and transactions"),
-        round_ratios=rate_ratios([m.ours for m in measured],
-                                 [m.transactional for m in measured]),
+        round_ratios=round_ratios,
+        round_ratio_median=round(statistics.median(round_ratios), 3) if round_ratios else None,
         config={"events": len(records), "streams": streams, "partitions": partitions,
                 "rounds": rounds, "record_bytes": _mean_size(records),
                 "latency_samples": latency_samples},
@@ -371,8 +373,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                         help="events appended in the throughput run (default 20000)")
     parser.add_argument("--streams", type=int, default=200,
                         help="concurrent agents, one stream each (default 200)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="throughput rounds, ours and ceilings alternating (default 3)")
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="throughput rounds, ours and ceilings alternating (default 9)")
     parser.add_argument("--latency-samples", type=int, default=500,
                         help="sequential single-event appends timed (default 500)")
     parser.add_argument("--partitions", type=int, default=None,

@@ -168,6 +168,7 @@ class PartitionWriter:
         self.listeners: list[Callable[[AppendPlan, list[int]], None]] = []
         self._queue: list[_Queued] = []
         self._appended = metrics.EVENTS_APPENDED.labels(str(partition))
+        self._committed = metrics.TRANSACTIONS.labels("committed")
         self._wakeup = asyncio.Event()
         self._fenced: FencedError | None = None
         self._begun = False  # a transaction is open and empty, ready for the next batch
@@ -285,10 +286,11 @@ class PartitionWriter:
             tx.forget()
             await self._fail(batch, tx, exc)
             return
-        metrics.TRANSACTIONS.labels("committed").inc()
+        self._committed.inc()
         table = self.table
+        appended = 0
         for plan, offsets in written:
-            self._appended.inc(len(offsets))
+            appended += len(offsets)
             table.set_first_offset(plan.stream_id, offsets[0])
             if offsets[-1] >= self.committed_end:
                 self.committed_end = offsets[-1] + 1
@@ -297,6 +299,7 @@ class PartitionWriter:
                     listener(plan, offsets)
                 except Exception:  # a listener's bug must not fail appends that committed
                     log.exception("commit listener failed on stream %s", plan.stream_id)
+        self._appended.inc(appended)
         now = time.monotonic()
         latency = metrics.APPEND_LATENCY
         for queued, value, error in outcomes:
