@@ -31,6 +31,8 @@ class Settings:
     # Largest record the services accept (and the topics allow); larger input is dead-lettered.
     max_record_bytes: int = 1_048_576
     request_timeout_s: float = 10.0
+    # How long `ares run <service>` waits for an unreachable broker at start (0: not at all).
+    startup_timeout_s: float = 300.0
     # /healthz /readyz /metrics of `ares run <service>`; 0 turns them off.
     http_port: int = 8080
     # Kafka security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-512, ...).
@@ -55,6 +57,7 @@ class Settings:
             "topic_prefix": env.get("ARES_TOPIC_PREFIX", ""),
             "max_record_bytes": _int_setting(env, "ARES_MAX_RECORD_BYTES", 1_048_576),
             "request_timeout_s": _float_setting(env, "ARES_REQUEST_TIMEOUT_S", 10.0),
+            "startup_timeout_s": _float_setting(env, "ARES_STARTUP_TIMEOUT_S", 300.0),
             "http_port": _int_setting(env, "ARES_HTTP_PORT", 8080),
             "kafka_security_protocol": env.get("ARES_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
             "kafka_sasl_mechanism": env.get("ARES_KAFKA_SASL_MECHANISM") or None,
@@ -99,6 +102,8 @@ class Settings:
             raise ConfigError("ARES_MAX_RECORD_BYTES must be at least 1024")
         if self.request_timeout_s <= 0:
             raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
+        if self.startup_timeout_s < 0:
+            raise ConfigError("ARES_STARTUP_TIMEOUT_S must be 0 (do not wait) or more")
         self._validate_kafka_security()
         from ares.commands.policy import IssuerPolicy
 

@@ -7,10 +7,12 @@ stop gracefully, a second one forces the exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from ares.probes import ProbeServer
 
@@ -40,11 +42,13 @@ class Service(Protocol):
         ...
 
 
-async def serve(service: Service, http_port: int | None = None) -> int:
+async def serve(service: Service, http_port: int | None = None,
+                wait_for: Callable[[], Coroutine[Any, Any, None]] | None = None) -> int:
     """Run ``service`` until it ends or a signal stops it; the process exit code.
 
     With ``http_port``, /healthz /readyz /metrics are served from before the start (liveness
-    answers during a long recovery) until after the stop.
+    answers during a long recovery) until after the stop. ``wait_for`` runs before the
+    start (waiting for the broker); a signal meanwhile ends the process with 0.
     """
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -64,12 +68,22 @@ async def serve(service: Service, http_port: int | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     probes = None if http_port is None else ProbeServer(http_port, ready=lambda: service.ready)
+    requested: asyncio.Task[bool] | None = None
     try:
         if probes is not None:
             await probes.start()
+        requested = asyncio.create_task(stop_requested.wait())
+        if wait_for is not None:
+            waiting = asyncio.create_task(wait_for())
+            await asyncio.wait({waiting, requested}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                return 0
+            waiting.result()  # gave up: the error says on what
         await service.start()
         stopped = asyncio.create_task(service.wait_stopped())
-        requested = asyncio.create_task(stop_requested.wait())
         done, _ = await asyncio.wait({stopped, requested}, return_when=asyncio.FIRST_COMPLETED)
         requested.cancel()
         if probes is not None:
@@ -80,6 +94,8 @@ async def serve(service: Service, http_port: int | None = None) -> int:
         stopped.cancel()
         return 0
     finally:
+        if requested is not None:
+            requested.cancel()
         if probes is not None:
             await probes.stop()
         for signum in (signal.SIGTERM, signal.SIGINT):

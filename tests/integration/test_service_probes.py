@@ -3,7 +3,8 @@ until it has recovered its partitions."""
 
 from __future__ import annotations
 
-import socket
+import asyncio
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from ares.chaos.proxy import BuiltinProxies
+from ares.chaos.toxiproxy import free_port
 from ares.config import Settings
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics
-from tests.support.processes import ares_env, service
+from tests.support.processes import ares, ares_env, service
 
 PARTITIONS = 2
 
@@ -31,12 +34,6 @@ def probe_settings(kafka_bootstrap: str) -> Settings:
 async def plan(probe_settings: Settings) -> AsyncIterator[TopicPlan]:
     async with applied_topics(probe_settings, partitions=PARTITIONS) as plan:
         yield plan
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -67,7 +64,7 @@ def _readiness_trace(port: int, timeout_s: float = 90) -> list[int]:
                                   "replay-reader"])
 def test_every_service_serves_its_probes(name: str, probe_settings: Settings, plan: TopicPlan,
                                          postgres_dsn: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = ares_env(probe_settings, PARTITIONS, ARES_HTTP_PORT=str(port),
                    ARES_POSTGRES_DSN=postgres_dsn)
     with service(name, env, tmp_path) as proc:
@@ -81,3 +78,62 @@ def test_every_service_serves_its_probes(name: str, probe_settings: Settings, pl
             # Not ready while it joined the group and recovered its partitions.
             assert trace[0] == 503, trace
             assert "ares_owned_partitions 2.0" in text
+
+
+# -- started before the broker ------------------------------------------------------------
+
+WAITING = "waiting for the Kafka broker"
+
+
+def _log_with(log_dir: Path, needle: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = "".join(p.read_text(errors="replace") for p in log_dir.glob("*.log"))
+        if needle in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"no {needle!r} in the log:\n{text[-3000:]}")
+
+
+async def test_a_service_started_before_its_broker_waits_for_it(
+    probe_settings: Settings, plan: TopicPlan, tmp_path: Path,
+) -> None:
+    broker_port = int(probe_settings.kafka_bootstrap.rsplit(":", 1)[1])
+    late_port, http_port = free_port(), free_port()
+    env = ares_env(probe_settings, PARTITIONS, ARES_HTTP_PORT=str(http_port),
+                   ARES_KAFKA_BOOTSTRAP=f"127.0.0.1:{late_port}", ARES_STARTUP_TIMEOUT_S="120")
+    proxies = BuiltinProxies()
+    with service("runtime-manager", env, tmp_path) as proc:
+        await asyncio.to_thread(_log_with, tmp_path, WAITING)
+        # Alive but not ready while it waits: no CrashLoopBackOff, out of rotation.
+        assert _get(http_port, "/healthz")[0] == 200
+        assert _get(http_port, "/readyz")[0] == 503
+        await proxies.create("kafka", late_port, broker_port)  # the broker "comes up"
+        try:
+            trace = await asyncio.to_thread(_readiness_trace, http_port)
+        finally:
+            await proxies.close()
+        assert trace[-1] == 200
+        assert proc.poll() is None
+
+
+def test_a_service_gives_up_after_the_startup_timeout(probe_settings: Settings,
+                                                       plan: TopicPlan) -> None:
+    env = ares_env(probe_settings, PARTITIONS, ARES_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}",
+                   ARES_STARTUP_TIMEOUT_S="2", ARES_REQUEST_TIMEOUT_S="2")
+    done = ares("run", "compactor", env=env, timeout=60)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "starting the compactor: the Kafka broker is unreachable" in done.stderr
+    assert "waited 2s: ARES_STARTUP_TIMEOUT_S" in done.stderr
+
+
+def test_a_signal_while_waiting_for_the_broker_stops_the_service(
+    probe_settings: Settings, plan: TopicPlan, tmp_path: Path,
+) -> None:
+    env = ares_env(probe_settings, PARTITIONS, ARES_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}",
+                   ARES_STARTUP_TIMEOUT_S="120")
+    with service("health-checker", env, tmp_path) as proc:
+        _log_with(tmp_path, WAITING)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

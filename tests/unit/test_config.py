@@ -18,6 +18,7 @@ def test_defaults_when_nothing_is_set() -> None:
     assert settings.topic_prefix == ""
     assert settings.max_record_bytes == 1_048_576
     assert settings.request_timeout_s == 10.0
+    assert settings.startup_timeout_s == 300.0
 
 
 def test_reads_every_variable() -> None:
@@ -27,12 +28,14 @@ def test_reads_every_variable() -> None:
         "ARES_TOPIC_PREFIX": "staging.",
         "ARES_MAX_RECORD_BYTES": "2048",
         "ARES_REQUEST_TIMEOUT_S": "2.5",
+        "ARES_STARTUP_TIMEOUT_S": "0",
     })
     assert settings.kafka_bootstrap == "kafka-0:9092,kafka-1:9092"
     assert settings.postgres_dsn == "postgres://u:p@db:5432/ares"
     assert settings.topic("ares.events") == "staging.ares.events"
     assert settings.max_record_bytes == 2048
     assert settings.request_timeout_s == 2.5
+    assert settings.startup_timeout_s == 0.0
 
 
 def test_overrides_beat_the_environment_and_none_means_not_given() -> None:
@@ -91,6 +94,7 @@ def test_bad_topic_prefix_names_the_setting(prefix: str) -> None:
     ("ARES_MAX_RECORD_BYTES", "512"),
     ("ARES_REQUEST_TIMEOUT_S", "soon"),
     ("ARES_REQUEST_TIMEOUT_S", "0"),
+    ("ARES_STARTUP_TIMEOUT_S", "-1"),
 ])
 def test_bad_numbers_name_the_setting(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):

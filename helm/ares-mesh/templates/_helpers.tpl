@@ -156,6 +156,7 @@ ARES_LOG_LEVEL: {{ .Values.settings.logLevel | quote }}
 ARES_HTTP_PORT: {{ .Values.settings.httpPort | quote }}
 ARES_MAX_RECORD_BYTES: {{ .Values.settings.maxRecordBytes | int64 | quote }}
 ARES_REQUEST_TIMEOUT_S: {{ .Values.settings.requestTimeoutSeconds | quote }}
+ARES_STARTUP_TIMEOUT_S: {{ .Values.settings.startupTimeoutSeconds | quote }}
 {{- range $name, $value := .Values.settings.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
 {{- end }}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import click
@@ -10,13 +11,15 @@ from ares import logs
 from ares.cli.common import run_async, settings_of
 from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
+from ares.config import Settings
+from ares.events.broker_wait import wait_for_broker
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker
 from ares.replay_reader.service import ReplayReaderService
 from ares.replay_reader.wiring import ENV_SCHEMA
 from ares.runtime_manager.host import HostConfig
 from ares.runtime_manager.service import RuntimeManager
-from ares.service import serve
+from ares.service import Service, serve
 from ares.topics import load_topics
 
 
@@ -62,7 +65,7 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
                              host_config=HostConfig(snapshot_every=snapshot_every))
-    ctx.exit(run_async(serve(manager, http_port=settings.http_port or None)))
+    _serve(ctx, manager, settings)
 
 
 @run.command("health-checker")
@@ -82,7 +85,7 @@ def health_checker(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
     logs.configure(log_level)
     settings = settings_of(ctx)
     checker = HealthChecker(settings, load_topics(settings), health_config(**flags))
-    ctx.exit(run_async(serve(checker, http_port=settings.http_port or None)))
+    _serve(ctx, checker, settings)
 
 
 @run.command("compactor")
@@ -105,7 +108,7 @@ def compactor(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
     logs.configure(log_level)
     settings = settings_of(ctx)
     service = CompactorService(settings, load_topics(settings), compaction_config(**flags))
-    ctx.exit(run_async(serve(service, http_port=settings.http_port or None)))
+    _serve(ctx, service, settings)
 
 
 @run.command("replay-reader")
@@ -135,4 +138,12 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
     settings = settings_of(ctx)
     service = ReplayReaderService(settings, http_port=http_port, schema=schema,
                                   project=not no_projector, agents=agent_specs)
-    ctx.exit(run_async(serve(service)))
+    _serve(ctx, service, settings, probes=False)  # its API serves /healthz and /readyz
+
+
+def _serve(ctx: click.Context, service: Service, settings: Settings, *,
+           probes: bool = True) -> None:
+    """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code."""
+    wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
+    ctx.exit(run_async(serve(service, http_port=(settings.http_port or None) if probes else None,
+                             wait_for=wait)))
