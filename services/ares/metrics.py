@@ -26,6 +26,10 @@ RECOVERY_SECONDS = Histogram(
     ["phase"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 AGENTS = Gauge("ares_agents", "Agents hosted by this process, by status", ["status"])
 OWNED_PARTITIONS = Gauge("ares_owned_partitions", "Partitions of ares.events this process owns")
+WAITING_PARTITIONS = Gauge(
+    "ares_waiting_partitions",
+    "Partitions assigned to this process that it could not take over (e.g. a hanging "
+    "transaction waiting for an operator's abort): their commands wait")
 CONSUMER_LAG = Gauge(
     "ares_command_lag", "Commands not yet handled, per partition of ares.commands",
     ["partition"])

@@ -62,6 +62,7 @@ async def test_a_refused_partition_waits_for_the_operator_and_its_member_stays(
                 await owner.start()
                 await asyncio.wait_for(owner.ready.wait(), 90)
                 assert sorted(owner.writers) == [1], "partition 0 must be refused, 1 served"
+                assert owner.waiting_partitions == {0}
                 assert any("hanging) transaction" in r.getMessage() for r in caplog.records)
                 generation = owner._consumer._coordinator.generation  # type: ignore[union-attr]
 
@@ -77,6 +78,7 @@ async def test_a_refused_partition_waits_for_the_operator_and_its_member_stays(
                     await intruder.abort_transaction()
                     assert await waiting == 1
                 await _until(lambda: sorted(owner.writers) == [0, 1], "both partitions owned")
+                assert owner.waiting_partitions == set()
                 # One membership all along: never expelled by the long takeovers.
                 assert owner._consumer._coordinator.generation == generation  # type: ignore[union-attr]
             finally:

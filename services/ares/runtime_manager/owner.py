@@ -254,8 +254,17 @@ class PartitionOwner:
                 await self._take_over(partition)
             log.info("owning partitions %s of %s", sorted(set(partitions) - self._unopened),
                      self.events_topic)
-            metrics.OWNED_PARTITIONS.set(len(self.writers))
+            self._count_partitions()
             self.ready.set()
+
+    @property
+    def waiting_partitions(self) -> frozenset[int]:
+        """Assigned partitions not taken over (yet): their commands wait."""
+        return frozenset(self._unopened)
+
+    def _count_partitions(self) -> None:
+        metrics.OWNED_PARTITIONS.set(len(self.writers))
+        metrics.WAITING_PARTITIONS.set(len(self._unopened))
 
     async def _take_over(self, partition: int) -> bool:
         """Open ``partition``'s writer; on failure its commands wait (the partition is
@@ -296,7 +305,7 @@ class PartitionOwner:
                 if not await self._still_undecided(partition):
                     await self._take_over(partition)
             self._retry_at = time.monotonic() + TAKEOVER_RETRY_S
-            metrics.OWNED_PARTITIONS.set(len(self.writers))
+            self._count_partitions()
 
     async def _still_undecided(self, partition: int) -> bool:
         """Whether records still hold the partition's LSO below its high watermark: a cheap

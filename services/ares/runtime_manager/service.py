@@ -48,7 +48,8 @@ class RuntimeManager:
 
     @property
     def ready(self) -> bool:
-        return self.owner.ready.is_set()
+        # Not ready while an assigned partition waits (for an operator's abort, say).
+        return self.owner.ready.is_set() and not self.owner.waiting_partitions
 
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: created here, not in __init__.
