@@ -46,8 +46,9 @@ from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, load_topics
 
 log = logging.getLogger(__name__)
 OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
-RESTART_DELAY_S = 2.0
-MAX_EXITS_LISTED = 100  # the supervisor's pause before restarting a service that died
+RESTART_DELAY_S = 2.0  # the supervisor's pause before restarting a service that died
+MAX_EXITS_LISTED = 100  # unexpected exits the report quotes
+STUCK_SETTLE_S = 30.0  # settling after the load could not stop
 Progress = Callable[[str], None]
 # Violations that may still resolve while the fleet catches up after the last fault.
 SETTLING = frozenset({"task_not_finished", "dead_without_verdict", "email_missing",
@@ -204,7 +205,11 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
         report.load = load.summary()
         progress("settling: waiting for every task and every agent")
         settle_start = time.monotonic()
-        findings, streams = await _settle(settings, plan, load, ledger, options)
+        # Requests unanswered 240 s after the last fault healed mean a partition waits for
+        # an operator (a hanging transaction): more settling cannot help, a short look will.
+        settle_s = min(options.settle_timeout_s, STUCK_SETTLE_S) if unanswered else (
+            options.settle_timeout_s)
+        findings, streams = await _settle(settings, plan, load, ledger, settle_s)
         if not findings.violations:
             report.settled_s = round(time.monotonic() - settle_start, 1)
         progress(f"auditing {sum(len(e) for e in streams.values())} events")
@@ -389,9 +394,9 @@ async def _read_streams(settings: Settings, plan: TopicPlan) -> dict[str, list[E
 
 
 async def _settle(settings: Settings, plan: TopicPlan, load: Load, ledger: Path,
-                  options: ChaosOptions) -> tuple[Findings, dict[str, list[Event]]]:
-    """Poll the log until every promise holds or the settle time is over; the last view."""
-    deadline = time.monotonic() + options.settle_timeout_s
+                  timeout_s: float) -> tuple[Findings, dict[str, list[Event]]]:
+    """Poll the log until every promise holds or ``timeout_s`` is over; the last view."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             streams = await _read_streams(settings, plan)
