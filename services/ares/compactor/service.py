@@ -13,10 +13,13 @@ import asyncio
 import contextlib
 import logging
 
+from aiokafka.errors import KafkaError
+
 from ares.compactor.compactor import Compactor
 from ares.compactor.config import CompactionConfig
 from ares.config import Settings
 from ares.errors import AresError, FencedError
+from ares.events.kafka_errors import translate
 from ares.topics import TopicPlan
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,13 @@ class CompactorService:
             except AresError as exc:  # broker trouble: the next pass starts over
                 self.failures += 1
                 log.warning("compactor: pass failed: %s", exc)
+            except KafkaError as exc:  # one the pass did not translate: the same, by its kind
+                error = translate(exc, "compaction pass")
+                if isinstance(error, FencedError):
+                    log.error("compactor: fenced by another compactor; this one stops")
+                    raise error from exc
+                self.failures += 1
+                log.warning("compactor: pass failed: %s", error)
             else:
                 self.passes += 1
                 written = sum(r.written for r in reports)
