@@ -158,11 +158,22 @@ class PartitionOwner:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            await self._open_clients()
+        except BaseException:
+            await self._close_clients()  # a failed start leaves no client open behind it
+            raise
+        self._task = asyncio.create_task(self._consume(), name="owner-consume")
+
+    async def _open_clients(self) -> None:
         self._scanner = await PartitionScanner.open(self.settings)
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap,
                                           **self.settings.kafka_options())
-        await self._admin.start()
-        consumer = new_consumer(
+        try:
+            await self._admin.start()
+        except KafkaError as exc:
+            raise translate(exc, "starting the runtime group's admin client") from exc
+        self._consumer = new_consumer(
             self.settings, group_id=self.group_id, group_instance_id=self._instance_id,
             client_id=self.client_id,
             partition_assignment_strategy=(StickyPartitionAssignor,),
@@ -171,13 +182,23 @@ class PartitionOwner:
             max_poll_records=500,
         )
         try:
-            await consumer.start()
+            await self._consumer.start()
         except KafkaError as exc:
-            await consumer.stop()
             raise translate(exc, "joining the runtime group") from exc
-        consumer.subscribe([self.commands_topic], listener=_Rebalance(self))
-        self._consumer = consumer
-        self._task = asyncio.create_task(self._consume(), name="owner-consume")
+        self._consumer.subscribe([self.commands_topic], listener=_Rebalance(self))
+
+    async def _close_clients(self) -> None:
+        consumer, scanner, admin = self._consumer, self._scanner, self._admin
+        self._consumer = self._scanner = self._admin = None
+        with contextlib.suppress(Exception):
+            if consumer is not None:
+                await consumer.stop()
+        with contextlib.suppress(Exception):
+            if scanner is not None:
+                await scanner.close()
+        with contextlib.suppress(Exception):
+            if admin is not None:
+                await admin.close()
 
     async def wait_stopped(self) -> None:
         if self._task is not None:

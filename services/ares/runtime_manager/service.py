@@ -65,7 +65,12 @@ class RuntimeManager:
         self.heartbeats = HeartbeatEmitter(
             self._producer, self._heartbeat_topic, self.worker_id, self._heartbeat_interval_s,
             partitions=lambda: list(self.owner.writers), beats=self.host.beats)
-        await self.owner.start()
+        try:
+            await self.owner.start()
+        except BaseException:  # exit 4 with a message, and no client left unclosed
+            await self._producer.stop()
+            self._producer = None
+            raise
         self.heartbeats.start()
 
     async def wait_stopped(self) -> None:
