@@ -66,18 +66,14 @@ class CompactorService:
         while True:
             try:
                 reports = await self.compactor.run_pass()
-            except FencedError:
-                log.error("compactor: fenced by another compactor; this one stops")
-                raise
-            except AresError as exc:  # broker trouble: the next pass starts over
-                self.failures += 1
-                log.warning("compactor: pass failed: %s", exc)
-            except KafkaError as exc:  # one the pass did not translate: the same, by its kind
-                error = translate(exc, "compaction pass")
+            except (AresError, KafkaError) as exc:  # an untranslated one: by its kind
+                error = exc if isinstance(exc, AresError) else translate(exc, "compaction pass")
                 if isinstance(error, FencedError):
                     log.error("compactor: fenced by another compactor; this one stops")
+                    if error is exc:
+                        raise
                     raise error from exc
-                self.failures += 1
+                self.failures += 1  # broker trouble: the next pass starts over
                 log.warning("compactor: pass failed: %s", error)
             else:
                 self.passes += 1

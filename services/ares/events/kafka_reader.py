@@ -101,6 +101,12 @@ class PartitionScanner:
     async def last_stable_offset(self, tp: TopicPartition) -> int:
         return int((await self._consumer.end_offsets([tp]))[tp])
 
+    async def undecided(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """``(LSO, high watermark)`` while records of an open or hanging transaction hold
+        the partition's last stable offset below its end, else None."""
+        stable, high = await self.last_stable_offset(tp), await self.high_watermark(tp)
+        return (stable, high) if stable < high else None
+
     async def wait_until_stable(self, tp: TopicPartition, offset: int,
                                 timeout_s: float = 10.0) -> None:
         """Wait until ``offset`` is below the LSO: commit markers are written asynchronously

@@ -235,9 +235,9 @@ async def _refuse_hanging_transaction(scanner: PartitionScanner, tp: TopicPartit
     would make them visible after our appends (two events with one version)."""
     deadline = time.monotonic() + HANGING_TRANSACTION_WAIT_S
     while True:
-        stable, high = await scanner.last_stable_offset(tp), await scanner.high_watermark(tp)
-        if stable >= high:
+        if (held := await scanner.undecided(tp)) is None:
             return
+        stable, high = held
         if time.monotonic() > deadline:
             raise IntegrityError(
                 f"{tp.topic}/{tp.partition} has an undecided (hanging) transaction: its last "

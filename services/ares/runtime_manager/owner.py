@@ -287,7 +287,7 @@ class PartitionOwner:
         metrics.OWNED_PARTITIONS.set(len(self.writers))
         metrics.WAITING_PARTITIONS.set(len(self._unopened))
 
-    async def _take_over(self, partition: int) -> bool:
+    async def _take_over(self, partition: int) -> None:
         """Open ``partition``'s writer; on failure its commands wait (the partition is
         paused) and it is tried again every ``TAKEOVER_RETRY_S``. One partition that cannot
         be taken over (a hanging transaction waits for an operator) must not keep its
@@ -308,12 +308,11 @@ class PartitionOwner:
             self._unopened.add(partition)
             self._retry_at = time.monotonic() + TAKEOVER_RETRY_S
             self._consumer.pause(tp)
-            return False
+            return
         if partition in self._unopened:
             self._unopened.discard(partition)
             self._consumer.resume(tp)
             log.info("partition %d: taken over on retry", partition)
-        return True
 
     async def _retry_takeovers(self) -> None:
         if not self._unopened or time.monotonic() < self._retry_at:
@@ -333,16 +332,14 @@ class PartitionOwner:
         look, so a retry neither fences again nor holds the command loop for the takeover's
         whole hanging-transaction wait while an operator has not acted yet."""
         assert self._scanner is not None
-        tp = TopicPartition(self.events_topic, partition)
         try:
-            stable = await self._scanner.last_stable_offset(tp)
-            high = await self._scanner.high_watermark(tp)
+            held = await self._scanner.undecided(TopicPartition(self.events_topic, partition))
         except (AresError, KafkaError):
             return False  # the takeover itself will say what is wrong
-        if stable < high:
+        if held is not None:
             log.info("partition %d: still held by undecided records (LSO %d < high "
-                     "watermark %d); waiting for them to be aborted", partition, stable, high)
-        return stable < high
+                     "watermark %d); waiting for them to be aborted", partition, *held)
+        return held is not None
 
     async def live_workers(self) -> frozenset[str]:
         """Client ids of the group's members now: a previous owner among them handed its
