@@ -33,7 +33,7 @@ down: install  ## stop them
 	$(BIN)/ares dev down
 
 lint: install  ## ruff
-	$(BIN)/ruff check services tests $(wildcard bench)
+	$(BIN)/ruff check services tests $(wildcard bench) $(wildcard scripts)
 
 typecheck: install  ## mypy --strict on the package
 	$(BIN)/mypy

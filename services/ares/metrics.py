@@ -30,6 +30,10 @@ WAITING_PARTITIONS = Gauge(
     "ares_waiting_partitions",
     "Partitions assigned to this process that it could not take over (e.g. a hanging "
     "transaction waiting for an operator's abort): their commands wait")
+HANGING_TRANSACTIONS = Counter(
+    "ares_hanging_transactions_completed_total",
+    "Hanging transactions a takeover completed with the coordinator's own decision",
+    ["decision"])
 CONSUMER_LAG = Gauge(
     "ares_command_lag", "Commands not yet handled, per partition of ares.commands",
     ["partition"])

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from tests.support.kafka import admin_client, drain, temp_topics
+from tests.support.kafka import admin_client, drain, end_transaction, temp_topics
 
 
 async def test_idempotent_producer_writes_each_record_once(kafka_bootstrap: str,
@@ -88,10 +88,7 @@ async def test_read_committed_never_sees_aborted_records(kafka_bootstrap: str,
                 await producer.begin_transaction()
                 for i in range(3):
                     await producer.send(topic, f"{label}{i}".encode())
-                if commit:
-                    await producer.commit_transaction()
-                else:
-                    await producer.abort_transaction()
+                await end_transaction(producer, commit=commit)
         finally:
             await producer.stop()
         committed = await drain(kafka_bootstrap, topic, isolation_level="read_committed")

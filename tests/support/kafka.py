@@ -112,3 +112,43 @@ async def undecided_record(bootstrap: str, topic: str, stream_id: str,
         yield intruder
     finally:
         await intruder.stop()
+
+
+# Broker settings under which ``leave_hanging_transaction`` works: without them the
+# partition leader asks the coordinator whether a transactional batch's partition is part of
+# the transaction (KIP-890) and refuses it.
+UNVERIFIED_TRANSACTIONS = {"transaction.partition.verification.enable": "false"}
+
+
+async def leave_hanging_transaction(bootstrap: str, transactional_id: str, tp: TopicPartition,
+                                    records: Sequence[tuple[bytes, bytes]],
+                                    elsewhere: TopicPartition, *, commit: bool) -> None:
+    """Leave what the Kafka 4.4 restart race leaves (reliability finding 1): a transaction
+    of ``transactional_id`` that its coordinator finished (commit or abort) whose marker
+    never reached ``tp``, so ``records`` (key, value) stay undecided there for good.
+
+    The producer writes to ``tp`` without telling the coordinator (the partition is marked
+    as added on the client only), plus one record to ``elsewhere``, which the coordinator
+    does know: it decides and completes the transaction with markers for ``elsewhere`` only.
+    Needs a broker with ``UNVERIFIED_TRANSACTIONS``.
+    """
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                acks="all")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        producer._txn_manager._txn_partitions.add(tp)  # no AddPartitionsToTxn for tp
+        for key, value in records:
+            await producer.send_and_wait(tp.topic, value, key=key, partition=tp.partition)
+        await producer.send_and_wait(elsewhere.topic, b"known to the coordinator",
+                                     partition=elsewhere.partition)
+        await end_transaction(producer, commit=commit)
+    finally:
+        await producer.stop()
+
+
+async def end_transaction(producer: AIOKafkaProducer, *, commit: bool) -> None:
+    if commit:
+        await producer.commit_transaction()
+    else:
+        await producer.abort_transaction()

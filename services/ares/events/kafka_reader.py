@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import ConsumerRecord
 
@@ -81,6 +82,11 @@ class PartitionScanner:
             await consumer.stop()
             raise translate(exc, "connecting the event reader") from exc
         return cls(consumer, settings)
+
+    @property
+    def client(self) -> AIOKafkaClient:
+        """The underlying Kafka client, for requests the consumer API has no call for."""
+        return self._consumer._client
 
     async def close(self) -> None:
         await self._consumer.stop()

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ares import metrics
 from ares.config import Settings
 from ares.errors import AresError, IntegrityError, SchemaError
 from ares.events.codec import decode_event
@@ -26,6 +27,13 @@ from ares.events.model import ANY_VERSION, Direction, Event, EventFilter, NewEve
 from ares.events.partition_writer import PartitionWriter, transactional_id
 from ares.events.routing import partition_for
 from ares.events.subscription import Subscription
+from ares.events.transactions import (
+    CoordinatorView,
+    Decision,
+    describe_transaction,
+    hanging_decision,
+    open_transactions,
+)
 from ares.events.writer import StreamTable
 
 log = logging.getLogger(__name__)
@@ -190,9 +198,13 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     (default: no heads, the log start); ``observer`` sees every event of the scan (recovery
     routes them to their agents).
     """
+    tid = transactional_id(topic, partition)
+    # Read before the fence: init_transactions erases the coordinator's last decision, which
+    # is what completes a hanging transaction of this writer (ares.events.transactions).
+    before = await describe_transaction(scanner.client, tid)
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
-        transactional_id=transactional_id(topic, partition),
+        transactional_id=tid,
         **settings.kafka_options(),
         acks="all",
         linger_ms=1,
@@ -207,7 +219,7 @@ async def open_writer(settings: Settings, topic: str, partition: int,
         raise translate(exc, f"taking over {topic}/{partition}") from exc
     tp = TopicPartition(topic, partition)
     try:
-        await _refuse_hanging_transaction(scanner, tp)
+        await _settle_hanging_transaction(scanner, producer, tp, before)
         start_offset, table = (None, StreamTable()) if plan_scan is None else await plan_scan()
         observe = table.observe
         async for batch in scanner.scan_batches(tp, start_offset):
@@ -230,18 +242,71 @@ async def open_writer(settings: Settings, topic: str, partition: int,
 HANGING_TRANSACTION_WAIT_S = 10.0
 
 
-async def _refuse_hanging_transaction(scanner: PartitionScanner, tp: TopicPartition) -> None:
+async def _settle_hanging_transaction(scanner: PartitionScanner, producer: AIOKafkaProducer,
+                                      tp: TopicPartition, before: CoordinatorView | None) -> None:
     """Never write behind undecided records: a later commit marker of the same producer
-    would make them visible after our appends (two events with one version)."""
-    deadline = time.monotonic() + HANGING_TRANSACTION_WAIT_S
-    while True:
-        if (held := await scanner.undecided(tp)) is None:
+    would make them visible after our appends (two events with one version).
+
+    A hanging transaction of this writer's own producer, which its coordinator finished
+    before the takeover, is completed with that decision (``transactions.hanging_decision``);
+    any other is refused, naming the operator's command.
+    """
+    held = await _undecided_after(scanner, tp, HANGING_TRANSACTION_WAIT_S)
+    if held is None:
+        return
+    decision, why = await _hanging_decision(scanner, producer, tp, before)
+    if decision is not None:
+        log.warning("%s/%d: completing a hanging transaction (last stable offset %d, high "
+                    "watermark %d) with %s: %s", tp.topic, tp.partition, *held, decision, why)
+        await _complete_hanging(producer, tp, decision)
+        metrics.HANGING_TRANSACTIONS.labels(str(decision)).inc()
+        held = await _undecided_after(scanner, tp, HANGING_TRANSACTION_WAIT_S)
+        if held is None:
             return
-        stable, high = held
+        why = f"it stayed undecided after a {decision} marker"
+    stable, high = held
+    raise IntegrityError(
+        f"{tp.topic}/{tp.partition} has an undecided (hanging) transaction: its last stable "
+        f"offset {stable} stays below the high watermark {high}. Writing now could "
+        f"interleave with it, and it cannot be completed here ({why}); abort it first "
+        f"(kafka-transactions.sh find-hanging / abort --topic {tp.topic} "
+        f"--partition {tp.partition})")
+
+
+async def _undecided_after(scanner: PartitionScanner, tp: TopicPartition,
+                           wait_s: float) -> tuple[int, int] | None:
+    """``(LSO, high watermark)`` if records stay undecided for ``wait_s``, else None."""
+    deadline = time.monotonic() + wait_s
+    while (held := await scanner.undecided(tp)) is not None:
         if time.monotonic() > deadline:
-            raise IntegrityError(
-                f"{tp.topic}/{tp.partition} has an undecided (hanging) transaction: its last "
-                f"stable offset {stable} stays below the high watermark {high}. Writing "
-                "now could interleave with it; abort it first (kafka-transactions.sh "
-                f"find-hanging / abort --topic {tp.topic} --partition {tp.partition})")
+            return held
         await asyncio.sleep(0.2)
+    return None
+
+
+async def _hanging_decision(scanner: PartitionScanner, producer: AIOKafkaProducer,
+                            tp: TopicPartition, before: CoordinatorView | None
+                            ) -> tuple[Decision | None, str]:
+    try:
+        holders = await open_transactions(scanner.client, tp)
+    except KafkaError as exc:
+        return None, f"the partition's producers could not be described: {exc!r}"
+    our_producer_id = producer._txn_manager.producer_id  # aiokafka exposes it nowhere else
+    return hanging_decision(before, holders, our_producer_id)
+
+
+async def _complete_hanging(producer: AIOKafkaProducer, tp: TopicPartition,
+                            decision: Decision) -> None:
+    """A transaction that adds ``tp`` and writes nothing: its marker carries our producer id,
+    so it decides the hanging records of that producer too (Kafka completes a producer's
+    open transaction on a partition with the next marker of that producer id)."""
+    try:
+        await producer.begin_transaction()
+        producer._txn_manager.maybe_add_partition_to_txn(tp)
+        if decision is Decision.COMMIT:
+            await producer.commit_transaction()
+        else:
+            await producer.abort_transaction()
+    except KafkaError as exc:
+        raise translate(exc, f"completing the hanging transaction of {tp.topic}/"
+                             f"{tp.partition}") from exc
