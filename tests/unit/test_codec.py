@@ -24,11 +24,14 @@ from ares.events.codec import (
     Codec,
     CodecError,
     SingleObjectEncoding,
+    _micros,
     decode,
     decode_event,
+    default_codec,
     encode,
     encode_event,
 )
+from ares.events.envelope import long_bytes
 from ares.events.model import NewEvent, StreamHead
 from ares.events.schemas import (
     ALERT,
@@ -382,3 +385,17 @@ def test_the_wire_format_is_pluggable() -> None:
     assert codec.decode_event(data) == event
     assert data[5:] == Codec().encode_event(event)[HEADER_SIZE:]  # same body, other header
     assert isinstance(Codec().wire, SingleObjectEncoding)
+
+
+def test_schema_mismatch_on_a_timestamp_no_datetime_can_hold() -> None:
+    """A damaged timestamp varint: the compiled reader's datetime overflows; the record is
+    malformed like any other (found by hypothesis in test_avro_reader)."""
+    event = sealed()
+    body = default_codec().event_body(event, hash_=event.hash)
+    stamp = long_bytes(_micros(event.timestamp))
+    far = long_bytes(2**62)  # ~146,000 years after 1970
+    assert body.count(stamp) == 1
+    data = MAGIC + default_codec().schemas.get(EVENT).fingerprint + body.replace(stamp, far)
+    err = reason_of(lambda: decode_event(data))
+    assert err.reason == "schema_mismatch"
+    assert "OverflowError" in str(err)

@@ -42,8 +42,10 @@ class MalformedAvro(ValueError):
 
 
 # What a compiled reader raises on malformed bytes (MalformedAvro and UnicodeDecodeError are
-# ValueErrors; IndexError: past the end; struct.error: a short float or double).
-READ_ERRORS: tuple[type[Exception], ...] = (ValueError, IndexError, struct.error)
+# ValueErrors; IndexError: past the end; struct.error: a short float or double;
+# OverflowError: a timestamp no datetime can hold).
+READ_ERRORS: tuple[type[Exception], ...] = (ValueError, IndexError, struct.error,
+                                            OverflowError)
 
 
 class _Unsupported(Exception):
