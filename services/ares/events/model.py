@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 # The hash-chain head of an empty stream.
 GENESIS_HASH = "0" * 64
@@ -110,9 +110,12 @@ def make_event(id: str, stream_id: str, type: str, module: str, version: int,
     return event
 
 
-@dataclass(frozen=True, slots=True)
-class StreamHead:
-    """What a writer must know of a stream to append to it."""
+class StreamHead(NamedTuple):
+    """What a writer must know of a stream to append to it.
+
+    A named tuple, not a frozen dataclass: every appended event makes one, and a frozen
+    dataclass's ``__init__`` costs ~1 us more (it sets fields through ``object.__setattr__``).
+    """
 
     version: int = 0
     hash: str = GENESIS_HASH

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from ares.errors import AresError, ConflictError
 from ares.events.chain import seal_encoded
@@ -24,9 +25,9 @@ class DuplicateEventError(AresError):
     """A batch repeats an event id, or mixes already-appended events with new ones."""
 
 
-@dataclass(frozen=True, slots=True)
-class AppendPlan:
-    """The sealed events of one append and the version the stream reaches with them."""
+class AppendPlan(NamedTuple):
+    """The sealed events of one append and the version the stream reaches with them (a
+    named tuple: one per append, cheaper to make than a frozen dataclass)."""
 
     stream_id: str
     events: tuple[Event, ...]
