@@ -290,8 +290,8 @@ class PartitionOwner:
     async def _take_over(self, partition: int) -> None:
         """Open ``partition``'s writer; on failure its commands wait (the partition is
         paused) and it is tried again every ``TAKEOVER_RETRY_S``. One partition that cannot
-        be taken over (a hanging transaction waits for an operator) must not keep its
-        siblings on this member from being served."""
+        be taken over (a hanging transaction it cannot complete waits for an operator) must
+        not keep its siblings on this member from being served."""
         assert self._scanner is not None
         assert self._consumer is not None
         tp = TopicPartition(self.commands_topic, partition)
