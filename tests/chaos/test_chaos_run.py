@@ -62,8 +62,10 @@ def test_fifty_faults_under_load_break_no_promise() -> None:
 # Kafka 4.4 can skip the COMMIT markers of a transaction caught in PREPARE_COMMIT by the
 # SIGKILL (right after the restart its coordinator finds "no leader endpoint" for the
 # partitions and takes them for deleted): the records stay undecided, a hanging
-# transaction. The owner then refuses to write behind it (tests/chaos/
-# test_hanging_transaction.py) and the partition waits for an operator's
+# transaction. The next owner completes it with the coordinator's decision when it can
+# (tests/chaos/test_hanging_repair.py); when it cannot (the decision was erased by another
+# takeover first, e.g. a rebalance during the wait) it refuses to write behind it
+# (test_hanging_transaction.py) and the partition waits for an operator's
 # `kafka-transactions.sh abort`, so its agents' tasks cannot finish within the run. A run
 # whose only violations are those unfinished tasks, with the broker's and the owner's own
 # evidence in their logs, is reported as this known broker failure; anything else fails.
