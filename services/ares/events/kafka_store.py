@@ -248,13 +248,20 @@ async def _settle_hanging_transaction(scanner: PartitionScanner, producer: AIOKa
     would make them visible after our appends (two events with one version).
 
     A hanging transaction of this writer's own producer, which its coordinator finished
-    before the takeover, is completed with that decision (``transactions.hanging_decision``);
-    any other is refused, naming the operator's command.
+    before the takeover, is completed with that decision (``transactions.hanging_decision``)
+    at once: the evidence is conclusive right after the fence, and waiting would give a
+    concurrent takeover (a rebalance after a broker restart) time to erase the decision.
+    Records of anyone else get ``HANGING_TRANSACTION_WAIT_S`` to be decided by their own
+    transaction; then the partition is refused, naming the operator's command.
     """
-    held = await _undecided_after(scanner, tp, HANGING_TRANSACTION_WAIT_S)
-    if held is None:
+    if (held := await scanner.undecided(tp)) is None:
         return
     decision, why = await _hanging_decision(scanner, producer, tp, before)
+    if decision is None:
+        held = await _undecided_after(scanner, tp, HANGING_TRANSACTION_WAIT_S)
+        if held is None:
+            return
+        decision, why = await _hanging_decision(scanner, producer, tp, before)
     if decision is not None:
         log.warning("%s/%d: completing a hanging transaction (last stable offset %d, high "
                     "watermark %d) with %s: %s", tp.topic, tp.partition, *held, decision, why)
