@@ -232,6 +232,18 @@ def test_read_long_inverts_long_bytes(n: int) -> None:
     assert read_long(data, 1) == (n, len(data) - 1)
 
 
+def test_a_varint_beyond_64_bits_is_left_to_fastavro() -> None:
+    """Ten bytes whose last one is above 1 hold no Avro long: fastavro wraps such a value to
+    64 bits, a plain decode would return an integer no long can be (found by hypothesis in
+    the damaged-bytes test, 20,000 examples)."""
+    biggest = long_bytes(2**63 - 1)  # zig-zag 2**64 - 2: the largest ten-byte varint
+    assert len(biggest) == 10
+    assert biggest[-1] == 1
+    assert read_long(biggest, 0) == (2**63 - 1, 10)
+    with pytest.raises(MalformedAvro, match="beyond 64 bits"):
+        read_long(biggest[:-1] + b"\x02", 0)
+
+
 def test_codec_errors_are_fastavros_own() -> None:
     """The codec re-reads what its compiled reader refuses: reasons and messages are the
     ones the fastavro-only codec gives."""

@@ -65,6 +65,8 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
         n |= (b & 0x7F) << shift
         shift += 7
         pos += 1
+    if n >> 64:  # a tenth byte above 1: no Avro long (fastavro would wrap it to 64 bits)
+        raise MalformedAvro("varint beyond 64 bits")
     return (n >> 1) ^ -(n & 1), pos
 
 
