@@ -2,23 +2,29 @@
 # The one image of ares-mesh: every service is `ares run <service>`, every one-shot job an
 # `ares` command (e.g. `ares topics apply`). Build: docker build -t ares-mesh:dev .
 #
-# Stage 1 builds the wheel of ares-mesh and installs it with its dependencies into a
-# virtualenv; stage 2 is a clean slim Python with that virtualenv only: no compiler, no
-# build backend, no source tree. Every dependency ships manylinux wheels for CPython 3.11,
-# so the builder needs no compiler either (pip would fail loudly if one were needed).
+# Stage 1 builds the wheel of ares-mesh, its append path compiled to C by mypyc
+# (services/ares/native.py), and installs it with its dependencies into a virtualenv.
+# It is the full Python image of the same version and Debian release as the slim one, for
+# its C compiler. Stage 2 is a clean slim Python with that virtualenv only: no compiler, no
+# build backend, no source tree. Every dependency ships manylinux wheels for CPython 3.11.
 ARG PYTHON_IMAGE=python:3.11-slim
+ARG BUILDER_IMAGE=python:3.11
 
-FROM ${PYTHON_IMAGE} AS builder
+FROM ${BUILDER_IMAGE} AS builder
+# ARES_REQUIRE_NATIVE: a failed compilation fails the build (elsewhere it falls back to
+# the same modules run as Python, only slower).
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_NO_CACHE_DIR=1 \
+    ARES_REQUIRE_NATIVE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY services/ services/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
     && python -m venv /opt/ares \
     && /opt/ares/bin/pip install --no-cache-dir --no-index --find-links /wheels \
         /wheels/ares_mesh-*.whl \
-    && /opt/ares/bin/ares --version
+    && /opt/ares/bin/ares --version \
+    && /opt/ares/bin/python -m ares.native --check
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0

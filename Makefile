@@ -10,7 +10,16 @@ ifneq ($(GO_BIN),)
 export PATH := $(PATH):$(GO_BIN)
 endif
 
-.PHONY: help install prereqs up down test lint typecheck unit integration demo bench clean
+.PHONY: help install native prereqs up down test lint typecheck unit unit-pure integration demo bench clean
+
+# The append path compiled to C in place by mypyc (services/ares/native.py says which modules
+# and why). Rebuilt whenever one of their sources changes: Python would otherwise go on
+# importing the old extension. ARES_PURE_PYTHON=1 builds nothing and runs the source.
+NATIVE_SOURCES := $(shell $(PYTHON) services/ares/native.py)
+NATIVE_STAMP := build/native.stamp
+ifeq ($(ARES_PURE_PYTHON),)
+export ARES_EXPECT_NATIVE := 1
+endif
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -18,10 +27,18 @@ help:  ## list the targets
 $(BIN)/ares: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	ARES_PURE_PYTHON=1 $(BIN)/pip install -q -e '.[dev]'  # compiled by `native`, once
 	@touch $@
 
-install: $(BIN)/ares  ## virtualenv with ares-mesh and its dev tools
+$(NATIVE_STAMP): $(NATIVE_SOURCES) setup.py $(BIN)/ares
+ifeq ($(ARES_PURE_PYTHON),)
+	$(BIN)/python setup.py -q build_ext --inplace --force
+	@mkdir -p $(@D) && touch $@
+endif
+
+native: $(NATIVE_STAMP)  ## compile the append path in place (mypyc, ~30 s)
+
+install: $(BIN)/ares native  ## virtualenv with ares-mesh (append path compiled) and its dev tools
 
 prereqs:  ## check (and as root, install) Java, Maven and PostgreSQL
 	@scripts/install-prereqs.sh
@@ -38,8 +55,13 @@ lint: install  ## ruff
 typecheck: install  ## mypy --strict on the package
 	$(BIN)/mypy
 
-test: up lint typecheck  ## THE test command: infrastructure, ruff, mypy, the whole pytest suite
+test: up lint typecheck unit-pure  ## THE test command: infrastructure, ruff, mypy, the whole pytest suite
 	$(BIN)/pytest -ra
+
+# The same modules as Python, as they run where no C compiler built them (ARES_PURE_PYTHON
+# at run time imports them from source).
+unit-pure: install  ## the unit tests against the pure-Python build of the append path
+	ARES_PURE_PYTHON=1 ARES_EXPECT_NATIVE= $(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 unit: install  ## only the tests that need no infrastructure
 	$(BIN)/pytest -ra tests/unit
@@ -51,7 +73,8 @@ bench: up  ## every benchmark, one JSON report
 	$(BIN)/ares bench
 
 clean:  ## remove the virtualenv and caches (not the dev environment's data)
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+	find services -name '*.so' -delete
 
 .PHONY: deploy-check
 deploy-check: install  ## the deployment checks: hadolint, Compose schema, helm lint/template + kubernetes-validate (builds helm once)

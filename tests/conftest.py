@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ares import native
 from ares.config import Settings
 from ares.devenv import DevEnvironment
 from ares.devenv import kafka as dev_kafka
@@ -22,6 +23,15 @@ from ares.devenv import postgres as dev_postgres
 from ares.devenv.process import tail
 from ares.errors import InfrastructureError
 from ares.logs import quiet_aiokafka
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite tests the code in the tree: never a compiled module older than its source,
+    and the compiled append path whenever the build makes one (``make`` sets
+    ARES_EXPECT_NATIVE unless ARES_PURE_PYTHON is set)."""
+    problem = native.problem(expect_compiled=bool(os.environ.get("ARES_EXPECT_NATIVE")))
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 def _reachable_kafka(bootstrap: str) -> bool:

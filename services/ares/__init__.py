@@ -10,6 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ares import native
+
+if native.pure_python_requested():  # ARES_PURE_PYTHON=1: the append path from its source
+    native.run_from_source()
+
 if TYPE_CHECKING:
     from ares.agents import (
         Agent,

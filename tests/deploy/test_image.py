@@ -67,7 +67,11 @@ def test_two_stages_slim_python_no_build_tools_in_the_final_one() -> None:
     builder, final = stages(DOCKERFILE)
     args = dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE))
     assert args["PYTHON_IMAGE"] == "python:3.11-slim"
-    assert builder[0] == ("FROM", "${PYTHON_IMAGE} AS builder")
+    # The builder compiles the append path: the full image of the same Python (its gcc).
+    assert args["BUILDER_IMAGE"] == args["PYTHON_IMAGE"].removesuffix("-slim")
+    assert builder[0] == ("FROM", "${BUILDER_IMAGE} AS builder")
+    builder_runs = " ".join(arguments for name, arguments in builder if name == "RUN")
+    assert "python -m ares.native --check" in builder_runs
     assert final[0] == ("FROM", "${PYTHON_IMAGE}")
     final_runs = " ".join(arguments for name, arguments in final if name == "RUN")
     for tool in ("apt-get", "gcc", "build-essential", "pip install", "pip wheel"):
@@ -100,4 +104,4 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_needs() -> None:
                             re.MULTILINE))
     sources = {source.rstrip("/") for line in copied for source in line.split()}
     assert sources == allowed
-    assert {"pyproject.toml", project["readme"], "services"} <= allowed
+    assert {"pyproject.toml", "setup.py", project["readme"], "services"} <= allowed

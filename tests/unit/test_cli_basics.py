@@ -81,9 +81,11 @@ def test_dev_help_lists_up_down_status(run_ares: RunAres) -> None:
 def test_version(run_ares: RunAres) -> None:
     from importlib.metadata import version
 
+    from ares import native
+
     code, out, _ = run_ares("--version")
     assert code == 0
-    assert out.strip() == f"ares, version {version('ares-mesh')}"
+    assert out.splitlines() == [f"ares, version {version('ares-mesh')}", native.summary()]
 
 
 def test_unknown_command_is_a_usage_error(run_ares: RunAres) -> None:

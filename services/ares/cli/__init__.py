@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from importlib.metadata import version
 
 import click
 
+from ares import native
 from ares.cli.agents import agents
 from ares.cli.alerts import alerts
 from ares.cli.audit import audit
@@ -29,6 +31,14 @@ from ares.cli.run import run
 from ares.cli.schemas import schemas
 from ares.cli.topics import topics
 
+
+def _print_version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"ares, version {version('ares-mesh')}\n{native.summary()}")
+    ctx.exit()
+
+
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -39,7 +49,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
               help="PostgreSQL DSN for the read models (projections).")
 @click.option("--topic-prefix", envvar="ARES_TOPIC_PREFIX", show_envvar=True,
               help="Prefix of every topic name, one per environment sharing a cluster.")
-@click.version_option(package_name="ares-mesh", prog_name="ares")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _param, value: _print_version(ctx, value),
+              help="Show the version, and whether the append path runs compiled; exit.")
 @click.pass_context
 def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | None,
         topic_prefix: str | None) -> None:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -37,8 +37,28 @@ def transactional_id(events_topic: str, partition: int) -> str:
     return f"{events_topic}.writer-{partition}"
 
 
+class TransactionScope(Protocol):
+    """What a work item may do inside the writer's current transaction: append, send a
+    record (a reply, a dead letter, a snapshot), commit consumed offsets.
+
+    A protocol, so that a work item's helper can wrap it (the runtime's command stamping)
+    without subclassing ``Transaction``: this module is compiled (``ares.native``), and an
+    interpreted class cannot inherit from a compiled one.
+    """
+
+    async def append(self, stream_id: str, events: Sequence[NewEvent],
+                     expected_version: int) -> int: ...
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                   partition: int | None = None,
+                   headers: Sequence[tuple[str, bytes]] = ()) -> None: ...
+
+    async def commit_offsets(self, offsets: dict[TopicPartition, int],
+                             group_id: str) -> None: ...
+
+
 class Transaction:
-    """What a work item may do inside the writer's current transaction.
+    """The writer's current transaction (a ``TransactionScope`` for work items).
 
     Appended events are staged in record batches of our own and handed to the producer
     whole (``send_batch``) when the work items are done: one closed batch per group of
@@ -269,6 +289,7 @@ class PartitionWriter:
             else:
                 await self.producer.begin_transaction()
             for queued in batch:
+                value: Any  # an append's new version, or whatever a work item returns
                 try:
                     if queued.append is not None:
                         value = tx.stage(*queued.append)

@@ -38,7 +38,7 @@ from ares.errors import AresError, FencedError
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import open_writer
 from ares.events.model import ANY_VERSION, NewEvent, StreamHead
-from ares.events.partition_writer import PartitionWriter, Transaction
+from ares.events.partition_writer import PartitionWriter, TransactionScope
 from ares.events.schemas import canonical_json
 from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
@@ -203,7 +203,7 @@ class AgentHost:
         for partition, state in list(self.partitions.items()):
             live = [a for a in state.agents.values() if a.lifecycle.is_live]
 
-            async def handoff(tx: Transaction, live: list[HostedAgent] = live,
+            async def handoff(tx: TransactionScope, live: list[HostedAgent] = live,
                               partition: int = partition) -> None:
                 # Snapshots first: the hand-off must be each stream's last event, which is
                 # how the next owner tells a graceful hand-off from a death.
@@ -221,7 +221,7 @@ class AgentHost:
                 log.warning("partition %d: final snapshots not written (%s)", partition, exc)
         self.partitions.clear()
 
-    async def handle(self, tx: Transaction, command: Command) -> Reply:
+    async def handle(self, tx: TransactionScope, command: Command) -> Reply:
         partition = self._partition_of(command.stream_id)
         state = self.partitions.get(partition)
         if state is None:
@@ -240,7 +240,7 @@ class AgentHost:
 
     # -- commands (inside the owner's transaction) ---------------------------------------
 
-    async def _cmd_start(self, tx: Transaction, state: _Partition, hosted: HostedAgent | None,
+    async def _cmd_start(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
                          command: Command) -> Reply:
         kind = str(command.payload["kind"])
         config_json = str(command.payload.get("config_json") or "{}")
@@ -261,7 +261,7 @@ class AgentHost:
             "worker": self.worker_id})], ANY_VERSION)
         return _reply(command, ReplyStatus.OK, version)
 
-    async def _cmd_stop(self, tx: Transaction, state: _Partition, hosted: HostedAgent | None,
+    async def _cmd_stop(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
                         command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -273,7 +273,7 @@ class AgentHost:
             "reason": str(command.payload.get("reason") or "requested")})], ANY_VERSION)
         return _reply(command, ReplyStatus.OK, version)
 
-    async def _cmd_kill(self, tx: Transaction, state: _Partition, hosted: HostedAgent | None,
+    async def _cmd_kill(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
                         command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -297,7 +297,7 @@ class AgentHost:
         hosted.incarnation_task.cancel()
         return _reply(command, ReplyStatus.OK, hosted.lifecycle.version)
 
-    async def _cmd_quarantine(self, tx: Transaction, state: _Partition,
+    async def _cmd_quarantine(self, tx: TransactionScope, state: _Partition,
                               hosted: HostedAgent | None, command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -313,7 +313,7 @@ class AgentHost:
             source=command.issuer), key=command.stream_id.encode())
         return _reply(command, ReplyStatus.OK, version)
 
-    async def _cmd_resume(self, tx: Transaction, state: _Partition, hosted: HostedAgent | None,
+    async def _cmd_resume(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
                           command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -329,7 +329,7 @@ class AgentHost:
         ], ANY_VERSION)
         return _reply(command, ReplyStatus.OK, version)
 
-    async def _cmd_assign(self, tx: Transaction, state: _Partition, hosted: HostedAgent | None,
+    async def _cmd_assign(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
                           command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -347,7 +347,7 @@ class AgentHost:
             "task_id": task_id, "input_json": input_json})], ANY_VERSION)
         return _reply(command, ReplyStatus.OK, version)
 
-    async def _cmd_snapshot(self, tx: Transaction, state: _Partition,
+    async def _cmd_snapshot(self, tx: TransactionScope, state: _Partition,
                             hosted: HostedAgent | None, command: Command) -> Reply:
         if hosted is None:
             return _unknown(command)
@@ -674,7 +674,7 @@ class AgentHost:
         record = alert_record(kind, hosted.agent_id, message, severity=severity,
                               details=details)
 
-        async def work(tx: Transaction) -> int:
+        async def work(tx: TransactionScope) -> int:
             version = await tx.append(hosted.agent_id, events, ANY_VERSION)
             await tx.send(self.plan.name(ALERTS), record, key=hosted.agent_id.encode())
             return version
@@ -685,7 +685,7 @@ class AgentHost:
                      severity: str = "warning", details: dict[str, object] | None = None) -> None:
         record = alert_record(kind, stream_id, message, severity=severity, details=details)
 
-        async def send(tx: Transaction) -> None:
+        async def send(tx: TransactionScope) -> None:
             await tx.send(self.plan.name(ALERTS), record, key=stream_id.encode())
 
         await state.writer.submit(send)
@@ -701,7 +701,7 @@ class AgentHost:
                           "--as done|retry|skip`", severity="critical",
                           details={"task_id": outcome.task_id, "calls": json.dumps(calls)})
 
-    async def _write_snapshot(self, tx: Transaction, partition: int,
+    async def _write_snapshot(self, tx: TransactionScope, partition: int,
                               hosted: HostedAgent) -> int:
         """A snapshot of the agent as of its last committed event, with snapshot.taken."""
         if hosted.last_offset is None or hosted.agent is None:
@@ -715,7 +715,7 @@ class AgentHost:
             "snapshot_version": snapshot.version, "snapshot_hash": snapshot.hash,
             "events_offset": snapshot.events_offset})], ANY_VERSION)
 
-    async def _write_checkpoint(self, tx: Transaction, partition: int) -> None:
+    async def _write_checkpoint(self, tx: TransactionScope, partition: int) -> None:
         """Every stream head of the partition as of the committed end: recovery seeds its
         table with them and starts scanning there (or at the oldest open journal)."""
         state = self.partitions.get(partition)
@@ -739,7 +739,7 @@ class AgentHost:
     async def _snapshot_later(self, state: _Partition, hosted: HostedAgent) -> None:
         partition = state.writer.partition
 
-        async def work(tx: Transaction) -> None:
+        async def work(tx: TransactionScope) -> None:
             await self._write_snapshot(tx, partition, hosted)
             if time.monotonic() - state.last_checkpoint > self.config.checkpoint_every_s:
                 await self._write_checkpoint(tx, partition)
@@ -768,11 +768,11 @@ class AgentHost:
         return partition_for(stream_id, self.plan.partitions)
 
 
-class _Stamped(Transaction):
+class _Stamped:
     """The owner's transaction, stamping every event a command causes with its id and
     issuer (the audit trail of who asked for what)."""
 
-    def __init__(self, tx: Transaction, command: Command) -> None:
+    def __init__(self, tx: TransactionScope, command: Command) -> None:
         self._tx = tx
         self._command = command
 
@@ -785,6 +785,9 @@ class _Stamped(Transaction):
                    partition: int | None = None,
                    headers: Sequence[tuple[str, bytes]] = ()) -> None:
         await self._tx.send(topic, value, key, partition, headers)
+
+    async def commit_offsets(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
+        await self._tx.commit_offsets(offsets, group_id)
 
 
 # (kind, message, severity, details) of an alert that goes with an append.
@@ -823,7 +826,7 @@ class _IntegrityFailure(AresError):
         self.kind, self.version, self.detail = kind, version, detail
 
 
-async def _nothing(tx: Transaction) -> None:
+async def _nothing(tx: TransactionScope) -> None:
     """A work item that only waits its turn: everything queued before it has committed."""
 
 

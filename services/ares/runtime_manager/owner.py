@@ -39,7 +39,7 @@ from ares.events.dlq import DeadLetter
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.kafka_store import open_writer
-from ares.events.partition_writer import PartitionWriter, Transaction
+from ares.events.partition_writer import PartitionWriter, TransactionScope
 from ares.events.routing import partition_for
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
@@ -69,7 +69,7 @@ class PartitionHost(Protocol):
 
     async def release_partition(self, partition: int) -> None: ...
 
-    async def handle(self, tx: Transaction, command: Command) -> Reply: ...
+    async def handle(self, tx: TransactionScope, command: Command) -> Reply: ...
 
     async def drain(self) -> None: ...
 
@@ -96,7 +96,7 @@ class StreamsOnly:
     async def release_partition(self, partition: int) -> None:
         return None
 
-    async def handle(self, tx: Transaction, command: Command) -> Reply:
+    async def handle(self, tx: TransactionScope, command: Command) -> Reply:
         return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
                      message=f"command {command.type!r} needs an agent host; this runtime "
                              "manager runs without one (--agents)")
@@ -381,7 +381,7 @@ class PartitionOwner:
         if writer is None:  # revoked since the fetch: the next owner handles these
             return
 
-        async def work(tx: Transaction) -> None:
+        async def work(tx: TransactionScope) -> None:
             for record in records:
                 await self._handle_record(tx, tp, record)
             await tx.commit_offsets({tp: records[-1].offset + 1}, self.group_id)
@@ -409,7 +409,7 @@ class PartitionOwner:
             self._consumer.seek(tp, records[0].offset)
             await asyncio.sleep(0.2)
 
-    async def _handle_record(self, tx: Transaction, tp: TopicPartition,
+    async def _handle_record(self, tx: TransactionScope, tp: TopicPartition,
                              record: ConsumerRecord) -> None:
         """Never raises: whatever goes wrong with one record is dead-lettered."""
         try:
@@ -425,7 +425,7 @@ class PartitionOwner:
             await self._dead_letter(tx, tp, record, "handler_error",
                                     f"{type(exc).__name__}: {exc}")
 
-    async def _handle_command(self, tx: Transaction, tp: TopicPartition,
+    async def _handle_command(self, tx: TransactionScope, tp: TopicPartition,
                               record: ConsumerRecord) -> None:
         value: bytes | None = record.value
         if value is None:
@@ -480,7 +480,7 @@ class PartitionOwner:
         if command.reply_to is not None:
             await self._reply(tx, command, reply)
 
-    async def _dispatch(self, tx: Transaction, tp: TopicPartition, record: ConsumerRecord,
+    async def _dispatch(self, tx: TransactionScope, tp: TopicPartition, record: ConsumerRecord,
                         command: Command) -> Reply:
         if command.type == "events.append":
             expected = int(command.payload["expected_version"])
@@ -507,12 +507,12 @@ class PartitionOwner:
     def _valid_reply_to(self, reply_to: str) -> bool:
         return reply_to.isdigit() and int(reply_to) < self.plan.topic(REPLIES).partitions
 
-    async def _reply(self, tx: Transaction, command: Command, reply: Reply) -> None:
+    async def _reply(self, tx: TransactionScope, command: Command, reply: Reply) -> None:
         partition = int(command.reply_to or "0")
         await tx.send(self.replies_topic, reply.encode(), key=command.id.encode(),
                       partition=partition)
 
-    async def _dead_letter(self, tx: Transaction, tp: TopicPartition, record: ConsumerRecord,
+    async def _dead_letter(self, tx: TransactionScope, tp: TopicPartition, record: ConsumerRecord,
                            reason: str, detail: str) -> None:
         self.dead_letters += 1
         metrics.DEAD_LETTERS.labels(reason).inc()
