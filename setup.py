@@ -28,12 +28,13 @@ def native_extensions() -> list[Extension]:
 
     native = runpy.run_path(str(HERE / "services" / "ares" / "native.py"))
     sources = [str(p.relative_to(HERE)) for p in native["source_paths"](HERE / "services")]
-    # The build environment has only the build requirements: the third-party packages the
-    # modules import are unknown to mypy there, and typed as Any (exactly what mypyc does
-    # with them anyway: they stay Python objects).
+    # An isolated build environment has only the build requirements, so the third-party
+    # packages the modules import are unknown to mypy there. --no-site-packages makes that
+    # so everywhere (a build in the virtualenv compiles the same code as the wheel's): they
+    # are typed as Any, and stay Python objects, as mypyc would keep them anyway.
     extensions: list[Extension] = mypycify(
-        ["--ignore-missing-imports", "--no-warn-return-any", "--no-warn-unused-ignores",
-         *sources],
+        ["--no-site-packages", "--ignore-missing-imports", "--no-warn-return-any",
+         "--no-warn-unused-ignores", *sources],
         opt_level="3", group_name="ares_native")
     required = bool(os.environ.get("ARES_REQUIRE_NATIVE"))
     for extension in extensions:

@@ -13,8 +13,8 @@ source even where a build compiled them (``run_from_source``, installed by ``are
 
 One trap comes with compiled modules built in place (an editable install): Python imports
 the extension before the ``.py`` next to it, so an edit to the source does nothing until
-the next build. ``stale()`` finds those; ``make`` rebuilds them, the test suite refuses to
-run with them, and ``ares --version`` names them.
+the next build. ``ModuleBuild.stale`` finds those; ``make`` rebuilds them, the test suite
+refuses to run with them, and ``ares --version`` names them.
 
 Standard library only: ``setup.py`` reads ``NATIVE_MODULES`` from this file before any
 dependency is installed.
@@ -110,10 +110,6 @@ def builds() -> list[ModuleBuild]:
         source = origin.parent / f"{name.rpartition('.')[2]}.py" if origin else None
         found.append(ModuleBuild(name, origin, source if source and source.exists() else None))
     return found
-
-
-def stale() -> list[ModuleBuild]:
-    return [b for b in builds() if b.stale]
 
 
 def problem(*, expect_compiled: bool) -> str | None:
