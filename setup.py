@@ -8,17 +8,26 @@ keep equal to the first. Which modules, and why, is ``services/ares/native.py``.
 * Without a working C compiler the extensions are skipped with a warning (they are
   ``optional``): an install never fails for want of them, it is only slower.
 * ``ARES_REQUIRE_NATIVE=1``: a failed compilation fails the build instead (the image).
+
+A build that compiled every extension records the SHA-256 of each compiled source in
+``ares/_native_build.json`` beside them; ``ares.native`` calls a compiled module whose
+source differs from its record stale.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
+NATIVE = runpy.run_path(str(HERE / "services" / "ares" / "native.py"))
+SOURCES: list[Path] = NATIVE["source_paths"](HERE / "services")
 
 
 def native_extensions() -> list[Extension]:
@@ -26,15 +35,13 @@ def native_extensions() -> list[Extension]:
         return []
     from mypyc.build import mypycify
 
-    native = runpy.run_path(str(HERE / "services" / "ares" / "native.py"))
-    sources = [str(p.relative_to(HERE)) for p in native["source_paths"](HERE / "services")]
     # An isolated build environment has only the build requirements, so the third-party
     # packages the modules import are unknown to mypy there. --no-site-packages makes that
     # so everywhere (a build in the virtualenv compiles the same code as the wheel's): they
     # are typed as Any, and stay Python objects, as mypyc would keep them anyway.
     extensions: list[Extension] = mypycify(
         ["--no-site-packages", "--ignore-missing-imports", "--no-warn-return-any",
-         "--no-warn-unused-ignores", *sources],
+         "--no-warn-unused-ignores", *(str(p.relative_to(HERE)) for p in SOURCES)],
         opt_level="3", group_name="ares_native")
     required = bool(os.environ.get("ARES_REQUIRE_NATIVE"))
     for extension in extensions:
@@ -42,4 +49,31 @@ def native_extensions() -> list[Extension]:
     return extensions
 
 
-setup(ext_modules=native_extensions())
+class RecordingBuildExt(build_ext):  # type: ignore[misc]  # setuptools is untyped here
+    """``build_ext`` that writes the build record once every extension is built."""
+
+    def run(self) -> None:
+        self._failed: list[str] = []
+        super().run()
+        if not self.extensions:
+            return
+        # ares/events/chain.<abi>.so -> the ``ares`` package directory of this build
+        package_dir = Path(self.get_ext_fullpath(NATIVE["NATIVE_MODULES"][0])).parents[1]
+        record = package_dir / NATIVE["BUILD_RECORD"]
+        if self._failed:
+            record.unlink(missing_ok=True)  # what is left from before must not look fresh
+            return
+        hashes = {name: NATIVE["source_hash"](source)
+                  for name, source in zip(NATIVE["NATIVE_MODULES"], SOURCES, strict=True)}
+        package_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+
+    def build_extension(self, ext: Any) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception:
+            self._failed.append(ext.name)
+            raise
+
+
+setup(ext_modules=native_extensions(), cmdclass={"build_ext": RecordingBuildExt})

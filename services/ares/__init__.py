@@ -8,11 +8,12 @@ submodule never pays for the whole SDK.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
-from ares import native
+if os.environ.get("ARES_PURE_PYTHON"):  # the compiled append path's modules from their source
+    from ares import native
 
-if native.pure_python_requested():  # ARES_PURE_PYTHON=1: the append path from its source
     native.run_from_source()
 
 if TYPE_CHECKING:

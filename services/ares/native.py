@@ -13,8 +13,11 @@ source even where a build compiled them (``run_from_source``, installed by ``are
 
 One trap comes with compiled modules built in place (an editable install): Python imports
 the extension before the ``.py`` next to it, so an edit to the source does nothing until
-the next build. ``ModuleBuild.stale`` finds those; ``make`` rebuilds them, the test suite
-refuses to run with them, and ``ares --version`` names them.
+the next build. Every build records the SHA-256 of each source it compiled
+(``_native_build.json`` in the package, written by ``setup.py``); a compiled module whose
+source no longer has that hash, or that no build recorded, is *stale*. ``make`` rebuilds
+them, the test suite refuses to run with them, and ``ares --version`` names them. (File
+times cannot tell: installing a wheel gives every file the time of the install.)
 
 Standard library only: ``setup.py`` reads ``NATIVE_MODULES`` from this file before any
 dependency is installed.
@@ -22,10 +25,11 @@ dependency is installed.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,10 +46,12 @@ NATIVE_MODULES: tuple[str, ...] = (
 )
 
 _SERVICES = Path(__file__).resolve().parent.parent  # the directory that holds ``ares``
+# Written by setup.py beside this module: {module name: SHA-256 of the source compiled}.
+BUILD_RECORD = "_native_build.json"
 
 
-def pure_python_requested() -> bool:
-    return bool(os.environ.get("ARES_PURE_PYTHON"))
+def source_hash(source: Path) -> str:
+    return hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -84,6 +90,7 @@ class ModuleBuild:
     name: str
     origin: Path | None  # what ``import`` loads
     source: Path | None  # the ``.py`` beside it
+    built_from: str | None = None  # the SHA-256 of the source the build compiled
 
     @property
     def compiled(self) -> bool:
@@ -92,23 +99,33 @@ class ModuleBuild:
 
     @property
     def stale(self) -> bool:
-        """Compiled from an older source: the ``.py`` changed after the build."""
-        if not self.compiled or self.source is None or self.origin is None:
+        """Compiled, but not from the source beside it (changed since, or unrecorded)."""
+        if not self.compiled or self.source is None:
             return False
         try:
-            return self.source.stat().st_mtime > self.origin.stat().st_mtime
+            return self.built_from != source_hash(self.source)
         except OSError:
-            return False
+            return True
+
+
+def read_build_record(package_dir: Path) -> dict[str, str]:
+    try:
+        record = json.loads((package_dir / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else {}
 
 
 def builds() -> list[ModuleBuild]:
     """Where each native module would be imported from, without importing it."""
+    record = read_build_record(Path(__file__).resolve().parent)
     found: list[ModuleBuild] = []
     for name in NATIVE_MODULES:
         spec = importlib.util.find_spec(name)
         origin = Path(spec.origin) if spec is not None and spec.origin else None
         source = origin.parent / f"{name.rpartition('.')[2]}.py" if origin else None
-        found.append(ModuleBuild(name, origin, source if source and source.exists() else None))
+        found.append(ModuleBuild(name, origin, source if source and source.exists() else None,
+                                 record.get(name)))
     return found
 
 
@@ -121,8 +138,8 @@ def problem(*, expect_compiled: bool) -> str | None:
     found = builds()
     old = [b.name for b in found if b.stale]
     if old:
-        return (f"compiled modules older than their source: {', '.join(old)}. Python "
-                "imports the compiled one, so the edit is not running: rebuild with "
+        return (f"compiled modules not built from their current source: {', '.join(old)}. "
+                "Python imports the compiled one, so the edit is not running: rebuild with "
                 "`make native` (or delete the .so files to run the source)")
     pure = [b.name for b in found if not b.compiled]
     if expect_compiled and pure:

@@ -17,16 +17,15 @@ from ares.native import ModuleBuild
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def _pair(tmp_path: Path, *, source_age: float, compiled_age: float) -> ModuleBuild:
-    """A module ``m`` with its source and a compiled file, each ``age`` seconds old."""
+def _pair(tmp_path: Path, *, recorded: str | None) -> ModuleBuild:
+    """A compiled module ``m`` whose build record says it was compiled from ``recorded``
+    (``"same"``: from the source beside it)."""
     source = tmp_path / "m.py"
     compiled = tmp_path / f"m{SUFFIX}"
     source.write_text("x = 1\n")
     compiled.write_bytes(b"\x7fELF")
-    now = source.stat().st_mtime
-    os.utime(source, (now - source_age, now - source_age))
-    os.utime(compiled, (now - compiled_age, now - compiled_age))
-    return ModuleBuild("pkg.m", compiled, source)
+    built_from = native.source_hash(source) if recorded == "same" else recorded
+    return ModuleBuild("pkg.m", compiled, source, built_from)
 
 
 def test_every_native_module_exists_as_source() -> None:
@@ -45,8 +44,26 @@ def test_builds_say_what_import_loads() -> None:
 
 
 def test_a_source_edited_after_the_build_makes_the_module_stale(tmp_path: Path) -> None:
-    assert _pair(tmp_path, source_age=0, compiled_age=60).stale
-    assert not _pair(tmp_path, source_age=60, compiled_age=0).stale
+    assert not _pair(tmp_path, recorded="same").stale
+    assert _pair(tmp_path, recorded="0" * 64).stale
+    assert _pair(tmp_path, recorded=None).stale  # compiled by a build that recorded nothing
+
+
+def test_file_times_do_not_matter(tmp_path: Path) -> None:
+    """A wheel install gives every file the time of the install, in any order."""
+    build = _pair(tmp_path, recorded="same")
+    assert build.source is not None
+    assert build.origin is not None
+    os.utime(build.origin, (0, 0))
+    assert not build.stale
+
+
+def test_the_build_record_is_read_from_the_package(tmp_path: Path) -> None:
+    (tmp_path / native.BUILD_RECORD).write_text('{"pkg.m": "abc"}')
+    assert native.read_build_record(tmp_path) == {"pkg.m": "abc"}
+    (tmp_path / native.BUILD_RECORD).write_text("not json")
+    assert native.read_build_record(tmp_path) == {}
+    assert native.read_build_record(tmp_path / "missing") == {}
 
 
 def test_a_module_run_from_source_is_never_stale(tmp_path: Path) -> None:
@@ -59,7 +76,7 @@ def test_a_module_run_from_source_is_never_stale(tmp_path: Path) -> None:
 
 def test_a_stale_build_is_a_problem_whatever_is_expected(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    stale = _pair(tmp_path, source_age=0, compiled_age=60)
+    stale = _pair(tmp_path, recorded="0" * 64)
     monkeypatch.setattr(native, "builds", lambda: [stale])
     for expect in (True, False):
         problem = native.problem(expect_compiled=expect)
@@ -83,7 +100,7 @@ def test_pure_python_is_a_problem_only_when_compiled_was_expected(
 
 
 def test_summary_counts_compiled_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = _pair(tmp_path, source_age=60, compiled_age=0)
+    fresh = _pair(tmp_path, recorded="same")
     source_only = ModuleBuild("pkg.n", tmp_path / "m.py", tmp_path / "m.py")
     monkeypatch.setattr(native, "builds", lambda: [fresh, fresh])
     assert native.summary() == "append path: compiled (mypyc, 2 of 2 modules)"
@@ -98,7 +115,7 @@ def test_check_exits_1_naming_the_problem(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(native, "builds", lambda: [ModuleBuild("pkg.m", source, source)])
     assert native.main(["--check"]) == 1
     assert "not compiled: pkg.m" in capsys.readouterr().out
-    fresh = _pair(tmp_path, source_age=60, compiled_age=0)
+    fresh = _pair(tmp_path, recorded="same")
     monkeypatch.setattr(native, "builds", lambda: [fresh])
     assert native.main(["--check"]) == 0
     assert capsys.readouterr().out == "append path: compiled (mypyc, 1 of 1 modules)\n"
