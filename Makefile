@@ -26,7 +26,7 @@ help:  ## list the targets
 
 $(BIN)/ares: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip 'setuptools>=77'  # setup.py build_ext runs here
 	ARES_PURE_PYTHON=1 $(BIN)/pip install -q -e '.[dev]'  # compiled by `native`, once
 	@touch $@
 
