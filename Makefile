@@ -50,7 +50,7 @@ down: install  ## stop them
 	$(BIN)/ares dev down
 
 lint: install  ## ruff
-	$(BIN)/ruff check services tests $(wildcard bench) $(wildcard scripts)
+	$(BIN)/ruff check services tests $(wildcard bench) $(wildcard scripts) setup.py
 
 typecheck: install  ## mypy --strict on the package
 	$(BIN)/mypy
