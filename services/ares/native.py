@@ -129,6 +129,10 @@ def builds() -> list[ModuleBuild]:
     return found
 
 
+def _stale_names(found: list[ModuleBuild]) -> list[str]:
+    return [b.name for b in found if b.stale]
+
+
 def problem(*, expect_compiled: bool) -> str | None:
     """Why this process must not be trusted to run (tests, benchmarks), or None.
 
@@ -136,8 +140,7 @@ def problem(*, expect_compiled: bool) -> str | None:
     (``make`` sets ``ARES_EXPECT_NATIVE`` unless ``ARES_PURE_PYTHON`` is set).
     """
     found = builds()
-    old = [b.name for b in found if b.stale]
-    if old:
+    if old := _stale_names(found):
         return (f"compiled modules not built from their current source: {', '.join(old)}. "
                 "Python imports the compiled one, so the edit is not running: rebuild with "
                 "`make native` (or delete the .so files to run the source)")
@@ -152,8 +155,7 @@ def problem(*, expect_compiled: bool) -> str | None:
 def summary() -> str:
     """One line for ``ares --version``: compiled, pure Python, or stale."""
     found = builds()
-    old = [b.name for b in found if b.stale]
-    if old:
+    if old := _stale_names(found):
         return (f"append path: STALE compiled modules ({', '.join(old)}): their source "
                 "changed after the build; rebuild with `make native`")
     count = sum(b.compiled for b in found)

@@ -32,7 +32,7 @@ from ares.cli.schemas import schemas
 from ares.cli.topics import topics
 
 
-def _print_version(ctx: click.Context, value: bool) -> None:
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     click.echo(f"ares, version {version('ares-mesh')}\n{native.summary()}")
@@ -50,7 +50,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 @click.option("--topic-prefix", envvar="ARES_TOPIC_PREFIX", show_envvar=True,
               help="Prefix of every topic name, one per environment sharing a cluster.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
-              callback=lambda ctx, _param, value: _print_version(ctx, value),
+              callback=_print_version,
               help="Show the version, and whether the append path runs compiled; exit.")
 @click.pass_context
 def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | None,
