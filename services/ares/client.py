@@ -28,10 +28,10 @@ from ares.commands.model import (
 )
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
+from ares.events.canonical import canonical_json
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.model import ANY_VERSION, NewEvent
-from ares.events.schemas import canonical_json
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)

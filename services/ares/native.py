@@ -39,6 +39,7 @@ from types import ModuleType
 # Compiled together (one shared library: calls between them are C calls).
 NATIVE_MODULES: tuple[str, ...] = (
     "ares.events.envelope",
+    "ares.events.canonical",
     "ares.events.chain",
     "ares.events.codec",
     "ares.events.writer",

@@ -18,9 +18,9 @@ from ares.agents.agent import Agent, Task
 from ares.agents.host_api import AgentServices, TaskOutcome, run_task
 from ares.agents.journal import TaskJournal, open_tasks
 from ares.agents.registry import AgentFactory
+from ares.events.canonical import canonical_json
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent
-from ares.events.schemas import canonical_json
 from ares.events.store import EventStore
 
 MODULE = "local-runtime"

@@ -19,8 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ares.events.canonical import canonical_round_trip
 from ares.events.model import NewEvent
-from ares.events.schemas import canonical_json
 
 # Typed records (schemas/ares.v1.Event.avsc).
 TASK_ASSIGNED = "task.assigned"
@@ -55,8 +55,8 @@ def position_metadata(position: int) -> dict[str, str]:
 def to_json_value(value: Any) -> tuple[Any, str]:
     """(the value as replay will return it, its canonical JSON text); TypeError/ValueError
     for anything JSON cannot hold (sets, objects, NaN)."""
-    text = canonical_json(value)
-    return json.loads(text), text
+    text, parsed = canonical_round_trip(value)
+    return parsed, text
 
 
 def lenient_json(value: Any) -> Any:

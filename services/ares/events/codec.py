@@ -25,7 +25,6 @@ as the DLQ's reason header; the message adds the detail.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +37,7 @@ from fastavro.read import SchemaResolutionError
 
 from ares.errors import SchemaError
 from ares.events.avro_reader import READ_ERRORS, Reader, compile_reader
+from ares.events.canonical import canonical_json, canonical_round_trip, parse_json
 from ares.events.envelope import EnvelopeWriter
 from ares.events.model import Event, make_event
 from ares.events.schemas import (
@@ -52,7 +52,6 @@ from ares.events.schemas import (
     Schema,
     SchemaFile,
     SchemaRegistry,
-    canonical_json,
     registry,
     specs_of,
 )
@@ -204,12 +203,14 @@ class Codec:
             raise CodecError("invalid_payload", f"{event_type}: payload must be a mapping, "
                              f"got {got}")
         try:
-            text = canonical_json(payload)
+            # Read back what decode will return (tuples become lists, keys strings): a
+            # sealed event must equal the same event after a round trip through Kafka.
+            if read_back:
+                text, value = canonical_round_trip(payload)
+            else:
+                text, value = canonical_json(payload), dict(payload)
         except (TypeError, ValueError) as e:
             raise CodecError("invalid_payload", f"{event_type}: payload is not JSON: {e}") from e
-        # Read back what decode will return (tuples become lists, keys strings): a sealed
-        # event must equal the same event after a round trip through Kafka.
-        value = _parse_json(text) if read_back else dict(payload)
         return PreparedPayload(JSON_PAYLOAD, {"json": text}, value)
 
     def encode_event(self, event: Event) -> bytes:
@@ -279,7 +280,7 @@ class Codec:
         if name != JSON_PAYLOAD:
             return value  # type: ignore[no-any-return]
         try:
-            decoded = _parse_json(value["json"])
+            decoded = parse_json(value["json"])
         except ValueError as e:
             raise CodecError("invalid_payload", f"{record['type']}: payload JSON: {e}") from e
         if not isinstance(decoded, dict):
@@ -329,23 +330,6 @@ class Codec:
         return record
 
 
-_JSON_DECODER = json.JSONDecoder()
-
-
-def _parse_json(text: str) -> Any:
-    """``json.loads(text)``, faster for what ``canonical_json`` writes.
-
-    A payload is parsed once per event on replay and once per append (the read-back), and
-    ``json.loads`` spends a third of its time in Python wrappers (whitespace regexes,
-    argument checks) around the C scanner. A text that is exactly one JSON document goes
-    straight to the scanner (``raw_decode``); anything else (surrounding whitespace,
-    malformed text) goes to ``json.loads``, so results and errors are exactly its own.
-    """
-    try:
-        value, end = _JSON_DECODER.raw_decode(text)
-    except ValueError:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
 
 
 def normalize_metadata(metadata: Any) -> dict[str, str]:

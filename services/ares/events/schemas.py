@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
-from json import encoder as json_encoder
 from pathlib import Path
 from typing import Any
 
@@ -291,30 +290,6 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "map": (Mapping,),
     "record": (Mapping,),
 }
-
-
-# One encoder for every call: json.dumps with options builds a JSONEncoder each time, which
-# was half the cost of canonical JSON (every append pays it). ``encode`` keeps no state.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False)
-# The C encoder ``_CANONICAL.encode`` builds on every call, built once and without the
-# circular-reference check (a dict of the ids of every container on the way down): the
-# same bytes, ~1.2 us less per append. A circular value then exhausts the recursion limit,
-# and ``canonical_json`` asks ``_CANONICAL`` again for its usual error.
-_make_c_encoder = getattr(json_encoder, "c_make_encoder", None)  # not in typeshed
-_C_CANONICAL = None if _make_c_encoder is None else _make_c_encoder(
-    None, _CANONICAL.default, json_encoder.encode_basestring, None, ":", ",", True, False,
-    False)
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, no NaN: one text per value, so hashes are reproducible."""
-    if _C_CANONICAL is None:
-        return _CANONICAL.encode(value)
-    try:
-        return "".join(_C_CANONICAL(value, 0))
-    except RecursionError:  # circular (ValueError, as json says) or truly too deep (again)
-        return _CANONICAL.encode(value)
 
 
 def _type_info(avro_type: Any) -> tuple[str, tuple[type, ...]]:

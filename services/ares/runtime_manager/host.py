@@ -35,11 +35,11 @@ from ares.commands.model import (
 )
 from ares.config import Settings
 from ares.errors import AresError, FencedError
+from ares.events.canonical import canonical_json
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import open_writer
 from ares.events.model import ANY_VERSION, NewEvent, StreamHead
 from ares.events.partition_writer import PartitionWriter, TransactionScope
-from ares.events.schemas import canonical_json
 from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
 from ares.runtime_manager import lifecycle as lc

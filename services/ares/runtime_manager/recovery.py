@@ -32,10 +32,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from ares.events.canonical import canonical_json
 from ares.events.chain import ChainError, verify_chain
 from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
-from ares.events.schemas import canonical_json
 
 # -- plans -------------------------------------------------------------------------------
 
