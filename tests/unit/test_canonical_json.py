@@ -10,6 +10,7 @@ import math
 import struct
 import uuid
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -93,19 +94,31 @@ class _Key(str):
     pass
 
 
-def test_uuids_and_enums_are_written_as_their_value_on_both_paths() -> None:
-    """orjson writes them natively; the standard library path does the same (a float
-    sends the value there), so a value is accepted or refused whatever else it holds."""
-    ident = uuid.UUID(int=7)
-    fast = canonical_json({"id": ident, "c": _Colour.RED, "s": _Size.LARGE})
-    slow = canonical_json({"id": ident, "c": _Colour.RED, "s": _Size.LARGE, "f": 1e-7})
-    assert fast == '{"c":"red","id":"00000000-0000-0000-0000-000000000007","s":3}'
-    assert slow == '{"c":"red","f":1e-07,"id":"00000000-0000-0000-0000-000000000007","s":3}'
-    assert canonical_round_trip({"id": ident})[1] == {"id": str(ident)}
+def test_what_orjson_would_write_its_own_way_the_standard_library_decides() -> None:
+    """Subclasses of str and int (enums too) as json writes them; UUIDs, plain enums,
+    datetimes refused as json refuses them, though orjson would write them."""
+    _same_as_reference({_Key("k"): _Key("v"), "size": _Size.LARGE, "t": True})
+    for refused in (uuid.UUID(int=7), _Colour.RED, datetime.now(UTC)):
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            canonical_json({"x": refused})
+    assert canonical._orjson_text({"x": [1, {"y": 1e-5}]}) is None
+    assert canonical._orjson_text({"x": [1, {"y": 1e-4, "z": None}], "w": (True, "s")})
+
+
+def test_the_parsed_value_shares_no_container_with_the_input() -> None:
+    """A sealed event keeps the parsed value: the caller's later edits must not reach it;
+    and its keys come in the text's order, as json.loads gives them."""
+    payload: dict[str, Any] = {"b": [1, {"c": 2}], "a": (3,)}
+    text, parsed = canonical_round_trip(payload)
+    payload["b"][1]["c"] = 99
+    payload["b"].append(4)
+    assert text == '{"a":[3],"b":[1,{"c":2}]}'
+    assert parsed == {"a": [3], "b": [1, {"c": 2}]}
+    assert list(parsed) == ["a", "b"]
 
 
 def test_what_orjson_refuses_the_standard_library_writes() -> None:
-    for value in ({_Key("k"): _Key("v")}, OrderedDict([("b", 1), ("a", 2)]),
+    for value in (OrderedDict([("b", 1), ("a", 2)]), {"n": 2**64}, {"n": -(2**63) - 1},
                   {"s": "\ud800"}, {"deep": _nested(300)}):
         _same_as_reference(value)
 
