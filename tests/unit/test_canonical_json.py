@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ares.events import canonical
-from ares.events.canonical import canonical_json, canonical_round_trip
+from ares.events.canonical import canonical_json, canonical_round_trip, parse_json
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text()
@@ -160,3 +160,36 @@ def test_too_deep_values_still_raise_recursion_error() -> None:
         deep = [deep]
     with pytest.raises(RecursionError):
         canonical_json(deep)
+
+
+def _parses_as_json_does(text: str) -> None:
+    try:
+        expected = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        with pytest.raises(type(e)):
+            parse_json(text)
+        return
+    parsed = parse_json(text)
+    # the same values, types (1 is not 1.0) and key order; NaN included
+    assert repr(parsed) == repr(expected)
+
+
+@given(JSON_VALUES)
+def test_parse_json_of_canonical_text_is_json_loads(value: Any) -> None:
+    _parses_as_json_does(_reference(value))
+
+
+def test_parse_json_where_orjson_and_json_differ_is_json_loads() -> None:
+    """orjson raises on what json alone accepts, and reads integers beyond 64 bits as
+    floats: every such text ends with json's answer (or json's error)."""
+    for text in ("NaN", "[Infinity, -Infinity]", "1e400", '"\\ud83d"', '"\\ud83d\\ude00"',
+                 "18446744073709551615", "18446744073709551616", "-9223372036854775808",
+                 "-9223372036854775809", '{"n": [1, 123456789012345678901234567890]}',
+                 "1e19", "-1.5e300", " [1] ", "\n{}\n", "-0", "-0.0", '"\\u0000"',
+                 "", "[1,]", "01", '"tab\there"', "\ufeff[]", '{"a":1}{"b":2}', "[1e-400]",
+                 _nested_text(300), _nested_text(1100)):
+        _parses_as_json_does(text)
+
+
+def _nested_text(depth: int) -> str:
+    return "[" * depth + "]" * depth

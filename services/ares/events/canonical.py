@@ -17,7 +17,9 @@ that range, checked by one walk over the value (compiled: cheaper than scanning 
 text); anything else, and whatever orjson refuses (integers beyond 64 bits, lone
 surrogates), goes to the standard library, which writes it or raises its own error, as
 before.
-tests/unit/test_canonical_json.py compares both, floats of every binary exponent included.
+Parsing (``parse_json``: every JSON payload decoded on replay) takes orjson's answer
+likewise only where it is provably json's. tests/unit/test_canonical_json.py compares both
+ways, floats of every binary exponent included.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ _PLAIN_FLOATS_FROM = 1e-4
 _PLAIN_FLOATS_BELOW = 1e16
 # orjson refuses deeper nesting; a deeper or circular value goes to the standard library.
 _MAX_DEPTH = 254
+# orjson reads an integer beyond 64 bits as a float (json: an exact int); 2**63 as a float.
+_HUGE = 9.223372036854775808e18
 
 # One encoder for every call: json.dumps with options builds a JSONEncoder each time.
 _REFERENCE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -63,24 +67,48 @@ def canonical_round_trip(value: Any) -> tuple[str, Any]:
         # orjson parses the integers (64 bits) and floats it writes exactly as json does
         return fast.decode(), orjson.loads(fast)
     text = _reference_text(value)
-    return text, parse_json(text)
+    return text, _json_loads(text)  # the reference's text may hold integers beyond 64 bits
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads(text)``, faster for one JSON document with nothing around it.
+    """``json.loads(text)``, from orjson when its answer is provably json's.
 
-    Payloads are parsed once per event on replay, and ``json.loads`` spends a third of its
-    time in Python wrappers (whitespace regexes, argument checks) around the C scanner. A
-    text that is exactly one JSON document goes straight to the scanner (``raw_decode``);
-    anything else (surrounding whitespace, malformed text) goes to ``json.loads``, so
-    results and errors are exactly its own. (Not orjson: it turns integers beyond 64 bits
-    into floats, and text from other writers may hold them.)
+    Payloads are parsed once per event on replay. Wherever the two differ on text json
+    accepts, orjson raises (NaN, infinities, ``1e400``, lone surrogate escapes) or gives a
+    float of at least 2**63 for an integer beyond 64 bits (json: the int); either sends the
+    text to json, so results and errors are exactly json's.
     """
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _json_loads(text)
+    return _json_loads(text) if _holds_huge_float(value, 0) else value
+
+
+def _json_loads(text: str) -> Any:
+    """``json.loads``; a text that is exactly one JSON document goes straight to the C
+    scanner (``raw_decode``), skipping a third of the time spent in Python wrappers."""
     try:
         value, end = _DECODER.raw_decode(text)
     except ValueError:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
+
+
+def _holds_huge_float(value: object, depth: int) -> bool:
+    """A float of magnitude >= 2**63 anywhere in a parsed value (orjson's reading of an
+    integer json would keep exact; a float that large written as such is rare)."""
+    kind = type(value)
+    if kind is float:
+        return abs(cast(float, value)) >= _HUGE
+    if depth >= _MAX_DEPTH:  # orjson parses up to 1024 levels: let json decide
+        return True
+    if kind is dict:
+        return any(_holds_huge_float(item, depth + 1)
+                   for item in cast(dict[str, object], value).values())
+    if kind is list:
+        return any(_holds_huge_float(item, depth + 1) for item in cast(list[object], value))
+    return False
 
 
 def _orjson_text(value: Any) -> bytes | None:
