@@ -137,6 +137,13 @@ def test_tuples_and_non_string_keys_as_the_standard_library() -> None:
         _same_as_reference(value)
 
 
+def test_keys_sorted_by_code_point_beyond_the_basic_plane() -> None:
+    """orjson sorts UTF-8 bytes, json code points: the same order (UTF-16 would differ)."""
+    value = {"\uffff": 1, "\U0001f600": 2, "\ue000": 3, "\U00010000": 4, "é": 5, "": 6}
+    assert canonical._orjson_text(value) is not None
+    _same_as_reference(value)
+
+
 def test_circular_values_fail_as_in_the_standard_library() -> None:
     loop: dict[str, Any] = {}
     loop["self"] = loop
