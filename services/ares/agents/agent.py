@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ares.events.canonical import parse_json
 from ares.events.model import Event
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class Task:
         if event.type != "task.assigned":
             raise ValueError(f"a Task comes from a task.assigned event, not {event.type!r}")
         return cls(str(event.payload["task_id"]),
-                   json.loads(str(event.payload.get("input_json", "null"))))
+                   parse_json(str(event.payload.get("input_json", "null"))))
 
 
 class Agent:

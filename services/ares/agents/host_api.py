@@ -42,7 +42,6 @@ See ``ares.agents.records`` and docs/sdk.md for the payloads.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -58,6 +57,7 @@ from ares.agents.journal import TaskJournal, open_tasks, task_journals
 from ares.agents.records import resolution_event
 from ares.agents.retry import Clock, SystemClock
 from ares.agents.tools import InDoubtCall, ReconcileRegistry
+from ares.events.canonical import parse_json
 from ares.events.model import NewEvent
 from ares.llm import LlmProvider, OfflineProvider, provider_from_env
 
@@ -213,7 +213,7 @@ def recorded_outcome(task_id: str, journal: TaskJournal) -> TaskOutcome:
     p = event.payload
     if event.type == r.TASK_COMPLETED:
         return TaskOutcome(OutcomeStatus.COMPLETED, task_id,
-                           output=json.loads(str(p.get("output_json", "null"))),
+                           output=parse_json(str(p.get("output_json", "null"))),
                            from_journal=True)
     return TaskOutcome(OutcomeStatus.FAILED, task_id, error_type=p.get("error_type"),
                        error=str(p.get("error_message", "")),

@@ -8,7 +8,6 @@ what was recorded at that position.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from ares.agents import records as r
 from ares.agents.agent import Task
 from ares.agents.errors import NonDeterminismError
+from ares.events.canonical import parse_json
 from ares.events.model import Event
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class _Builder:
             journal.resumed.append(p)
         elif t == r.STEP_COMPLETED:
             call = self.call(journal, event, r.STEP, str(p["step_name"]))
-            call.completed, call.result = True, json.loads(str(p["result_json"]))
+            call.completed, call.result = True, parse_json(str(p["result_json"]))
         elif t == r.LLM_CALL:
             call = self.call(journal, event, r.LLM, str(p["name"]))
             call.completed, call.result, call.llm = True, p["output"], p
@@ -220,7 +220,7 @@ class _Builder:
         if attempt is None:
             return  # another task's call (or a resolution of an unknown call: ignored)
         if event.type == r.TOOL_COMPLETED:
-            attempt.outcome, attempt.result = "completed", json.loads(str(p["result_json"]))
+            attempt.outcome, attempt.result = "completed", parse_json(str(p["result_json"]))
         elif event.type == r.TOOL_FAILED:
             attempt.outcome, attempt.failure = "failed", p
         elif event.type == r.TOOL_IN_DOUBT:
