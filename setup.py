@@ -57,7 +57,7 @@ class RecordingBuildExt(build_ext):  # type: ignore[misc]  # setuptools is untyp
         super().run()
         if not self.extensions:
             return
-        # ares/events/chain.<abi>.so -> the ``ares`` package directory of this build
+        # ares/events/<module>.<abi>.so -> the ``ares`` package directory of this build
         package_dir = Path(self.get_ext_fullpath(NATIVE["NATIVE_MODULES"][0])).parents[1]
         record = package_dir / NATIVE["BUILD_RECORD"]
         if self._failed:

@@ -330,8 +330,6 @@ class Codec:
         return record
 
 
-
-
 def normalize_metadata(metadata: Any) -> dict[str, str]:
     """Metadata sorted by key (hash determinism); keys and values must be strings."""
     if not metadata:
