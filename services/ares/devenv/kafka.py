@@ -111,7 +111,13 @@ def resolve_classpath(version: str) -> Path:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id (base64url of a UUID). Never one that starts with "-",
+    as Kafka's own ``Uuid.randomUuid`` does: ``kafka-storage format -t -abc...`` would read
+    the id as an option (1 draw in 64; found by CI)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def write_config(layout: KafkaLayout, overrides: Mapping[str, str] | None = None) -> None:
