@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from ares.config import Settings
 from ares.events.chain import seal_encoded
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.routing import partition_for
+from ares.gc_policy import apply_gc_policy
 from ares.topics.loader import load_topics
 
 Section = dict[str, Any]
@@ -47,11 +49,13 @@ PAYLOAD_BYTES = 300
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """Wall and client CPU time spent on ``events`` events."""
+    """Wall and client CPU time spent on ``events`` events, and the part of that CPU time
+    the garbage collector took."""
 
     events: int
     wall_s: float
     cpu_s: float
+    gc_s: float = 0.0
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -64,6 +68,8 @@ class Measurement:
             "events_per_cpu_s": round(self.events / self.cpu_s, 1) if self.cpu_s else 0.0,
             # Cores this process kept busy on average (1.0 = one core saturated).
             "cores": round(self.cpu_s / self.wall_s, 3) if self.wall_s else 0.0,
+            # Of cpu_us_per_event: the collector's share (ares.gc_policy sets its thresholds).
+            "gc_us_per_event": round(self.gc_s / self.events * 1e6, 2) if self.events else 0.0,
             **extra,
         }
 
@@ -71,7 +77,7 @@ class Measurement:
 def combine(parts: Sequence[Measurement]) -> Measurement:
     """Several measured rounds as one: total events over total time."""
     return Measurement(sum(m.events for m in parts), sum(m.wall_s for m in parts),
-                       sum(m.cpu_s for m in parts))
+                       sum(m.cpu_s for m in parts), sum(m.gc_s for m in parts))
 
 
 def rate_ratios(ours: Sequence[Measurement], ceiling: Sequence[Measurement]) -> list[float]:
@@ -80,16 +86,44 @@ def rate_ratios(ours: Sequence[Measurement], ceiling: Sequence[Measurement]) -> 
             for o, c in zip(ours, ceiling, strict=True) if o.wall_s and c.wall_s and c.events]
 
 
-class Stopwatch:
-    """Wall (``perf_counter``) and CPU (``process_time``) time from ``start`` to ``stop``."""
+class CollectorClock:
+    """CPU time this process spent in garbage collections, from ``gc.callbacks``."""
 
     def __init__(self) -> None:
+        self.total_s = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.total_s += time.process_time() - self._started
+
+    @classmethod
+    def installed(cls) -> CollectorClock:
+        """The process's clock, registered with the collector on first use."""
+        for callback in gc.callbacks:
+            if isinstance(callback, cls):
+                return callback
+        clock = cls()
+        gc.callbacks.append(clock)
+        return clock
+
+
+class Stopwatch:
+    """Wall (``perf_counter``), CPU (``process_time``) and collector time from ``start``
+    to ``stop``."""
+
+    def __init__(self) -> None:
+        self._collector = CollectorClock.installed()
+        self._gc = self._collector.total_s
         self._wall = time.perf_counter()
         self._cpu = time.process_time()
 
     def stop(self, events: int) -> Measurement:
         return Measurement(events, time.perf_counter() - self._wall,
-                           time.process_time() - self._cpu)
+                           time.process_time() - self._cpu,
+                           self._collector.total_s - self._gc)
 
 
 def best_of(repeats: int, events: int, work: Callable[[], object]) -> Measurement:
@@ -189,6 +223,8 @@ def machine() -> dict[str, Any]:
         "fastavro": version("fastavro"),
         # compiled (mypyc) or pure Python: the same code differs by about a sixth of the CPU
         "append_path": native.summary(),
+        # the services' collector policy (ares.gc_policy), which both sides run under
+        "gc_thresholds": list(gc.get_threshold()),
     }
 
 
@@ -420,7 +456,11 @@ def cli(description: str, run: BenchRun,
     args = vars(parser.parse_args())
     as_json = args.pop("json")
     logging.basicConfig(level=logging.ERROR)
-    report = asyncio.run(run(Settings.from_env(), **args))
+    settings = Settings.from_env()
+    # The collector policy of `ares run <service>`: ours and the ceiling share this process,
+    # so both run under it.
+    apply_gc_policy(settings.gc_threshold)
+    report = asyncio.run(run(settings, **args))
     if as_json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ares.errors import ConfigError
+from ares.gc_policy import DEFAULT_GEN0_THRESHOLD, MIN_GEN0_THRESHOLD
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_POSTGRES_DSN = "postgresql://ares:ares@127.0.0.1:5432/ares"
@@ -45,6 +46,9 @@ class Settings:
     kafka_ssl_key_file: str | None = None
     # Who may send which command to which agents (ares.commands.policy); "" lets anyone.
     command_issuers: str = ""
+    # Young-generation threshold of the garbage collector of `ares run <service>`
+    # (ares.gc_policy); 0 keeps Python's default (700).
+    gc_threshold: int = DEFAULT_GEN0_THRESHOLD
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -67,6 +71,7 @@ class Settings:
             "kafka_ssl_cert_file": env.get("ARES_KAFKA_SSL_CERT_FILE") or None,
             "kafka_ssl_key_file": env.get("ARES_KAFKA_SSL_KEY_FILE") or None,
             "command_issuers": env.get("ARES_COMMAND_ISSUERS", ""),
+            "gc_threshold": _int_setting(env, "ARES_GC_THRESHOLD", DEFAULT_GEN0_THRESHOLD),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -108,6 +113,9 @@ class Settings:
         from ares.commands.policy import IssuerPolicy
 
         IssuerPolicy.parse(self.command_issuers)  # a bad rule fails at start-up, named
+        if self.gc_threshold != 0 and self.gc_threshold < MIN_GEN0_THRESHOLD:
+            raise ConfigError(f"ARES_GC_THRESHOLD must be 0 (Python's default) or at least "
+                              f"{MIN_GEN0_THRESHOLD} (got {self.gc_threshold})")
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")

@@ -11,7 +11,8 @@ from ares.config import Settings
 from tests.support.kafka import admin_client
 
 PARTITIONS = 3
-FIGURES = ("events", "seconds", "events_per_s", "cpu_us_per_event", "cores")
+FIGURES = ("events", "seconds", "events_per_s", "cpu_us_per_event", "cores",
+           "gc_us_per_event")
 
 
 def assert_section(report: dict[str, Any], name: str) -> None:
@@ -40,6 +41,8 @@ async def test_append_bench_reports_ours_and_ceilings_for_the_same_events(
     assert_section(report, "append")
     ours, ceiling = report["ours"], report["ceiling"]
     assert all(k in ours and k in ceiling for k in FIGURES)
+    for figures in (ours, ceiling):  # the collector's share is part of the CPU time
+        assert 0 <= figures["gc_us_per_event"] <= figures["cpu_us_per_event"]
     assert ours["events"] == ceiling["events"] == 120 == report["config"]["events"]
     # The ceiling commits exactly as many transactions as our writers did.
     assert ours["transactions"] == ceiling["transactions"]

@@ -74,6 +74,8 @@ def test_every_service_serves_its_probes(name: str, probe_settings: Settings, pl
         status, text = _get(port, "/metrics")
         assert status == 200
         assert "process_cpu_seconds_total" in text or "python_info" in text
+        # Every service runs under the collector policy (ares.gc_policy), named in its log.
+        _log_with(tmp_path, "garbage collector: young-generation threshold 20000")
         if name == "runtime-manager":
             # Not ready while it joined the group and recovered its partitions.
             assert trace[0] == 503, trace

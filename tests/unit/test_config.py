@@ -19,6 +19,7 @@ def test_defaults_when_nothing_is_set() -> None:
     assert settings.max_record_bytes == 1_048_576
     assert settings.request_timeout_s == 10.0
     assert settings.startup_timeout_s == 300.0
+    assert settings.gc_threshold == 20_000
 
 
 def test_reads_every_variable() -> None:
@@ -29,6 +30,7 @@ def test_reads_every_variable() -> None:
         "ARES_MAX_RECORD_BYTES": "2048",
         "ARES_REQUEST_TIMEOUT_S": "2.5",
         "ARES_STARTUP_TIMEOUT_S": "0",
+        "ARES_GC_THRESHOLD": "0",
     })
     assert settings.kafka_bootstrap == "kafka-0:9092,kafka-1:9092"
     assert settings.postgres_dsn == "postgres://u:p@db:5432/ares"
@@ -36,6 +38,7 @@ def test_reads_every_variable() -> None:
     assert settings.max_record_bytes == 2048
     assert settings.request_timeout_s == 2.5
     assert settings.startup_timeout_s == 0.0
+    assert settings.gc_threshold == 0
 
 
 def test_overrides_beat_the_environment_and_none_means_not_given() -> None:
@@ -95,6 +98,9 @@ def test_bad_topic_prefix_names_the_setting(prefix: str) -> None:
     ("ARES_REQUEST_TIMEOUT_S", "soon"),
     ("ARES_REQUEST_TIMEOUT_S", "0"),
     ("ARES_STARTUP_TIMEOUT_S", "-1"),
+    ("ARES_GC_THRESHOLD", "often"),
+    ("ARES_GC_THRESHOLD", "50"),
+    ("ARES_GC_THRESHOLD", "-1"),
 ])
 def test_bad_numbers_name_the_setting(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):

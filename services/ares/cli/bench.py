@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ares.cli.common import settings_of
 from ares.errors import ConfigError
+from ares.gc_policy import apply_gc_policy
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
 BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "java_clients")
@@ -40,6 +41,7 @@ def bench(ctx: click.Context, only: tuple[str, ...], as_json: bool) -> None:
     same run; `docs/benchmarks.md` explains each figure."""
     settings = settings_of(ctx)
     root = bench_dir()
+    apply_gc_policy(settings.gc_threshold)  # as `ares run <service>`; ceilings run under it too
     sys.path.insert(0, str(root.parent))
     report: dict[str, Any] = {"sections": {}}
     for name in only or BENCHMARKS:

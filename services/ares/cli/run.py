@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 
@@ -13,6 +14,7 @@ from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
 from ares.config import Settings
 from ares.events.broker_wait import wait_for_broker
+from ares.gc_policy import apply_gc_policy
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker
 from ares.replay_reader.service import ReplayReaderService
@@ -21,6 +23,8 @@ from ares.runtime_manager.host import HostConfig
 from ares.runtime_manager.service import RuntimeManager
 from ares.service import Service, serve
 from ares.topics import load_topics
+
+log = logging.getLogger(__name__)
 
 
 @click.group()
@@ -144,6 +148,9 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
 def _serve(ctx: click.Context, service: Service, settings: Settings, *,
            probes: bool = True) -> None:
     """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code."""
+    policy = apply_gc_policy(settings.gc_threshold)
+    log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD), %d "
+             "objects of the start frozen", policy.thresholds[0], policy.frozen)
     wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
     ctx.exit(run_async(serve(service, http_port=(settings.http_port or None) if probes else None,
                              wait_for=wait)))
