@@ -148,9 +148,8 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
 def _serve(ctx: click.Context, service: Service, settings: Settings, *,
            probes: bool = True) -> None:
     """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code."""
-    policy = apply_gc_policy(settings.gc_threshold)
-    log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD), %d "
-             "objects of the start frozen", policy.thresholds[0], policy.frozen)
+    young, _, _ = apply_gc_policy(settings.gc_threshold)
+    log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD)", young)
     wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
     ctx.exit(run_async(serve(service, http_port=(settings.http_port or None) if probes else None,
                              wait_for=wait)))
