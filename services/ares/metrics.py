@@ -2,7 +2,57 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+_go_float: Callable[[float], str] = floatToGoString  # the "le" label's text; untyped upstream
+
+
+class HotPathHistogram(Collector):
+    """An unlabelled histogram for a once-per-event path, exposed like ``Histogram``.
+
+    ``prometheus_client``'s ``Histogram.observe`` costs ~1.9 µs: two locks and a Python
+    loop over the buckets, on every appended event (~1.5 % of the append path). This one
+    is a bisection and two additions (~0.3 µs). It takes no lock: it is fed and scraped
+    from the event loop's thread only (``/metrics`` is served by the loop,
+    ``ares.probes``); the count is derived from the buckets, so ``+Inf`` and ``_count``
+    always agree. It has no ``_created`` sample.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float],
+                 registry: CollectorRegistry | None = REGISTRY) -> None:
+        bounds = tuple(float(b) for b in buckets)
+        if list(bounds) != sorted(set(bounds)) or not bounds:
+            raise ValueError(f"{name}: buckets must be distinct and increasing")
+        self.name = name
+        self.documentation = documentation
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self._sum = 0.0
+        if registry is not None:
+            registry.register(self)
+
+    def observe(self, amount: float) -> None:
+        # bisect_left: the first bound >= amount, i.e. Prometheus's "le" bucket.
+        self._counts[bisect_left(self._bounds, amount)] += 1
+        self._sum += amount
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip((*self._bounds, float("inf")), self._counts, strict=True):
+            total += count
+            cumulative.append((_go_float(bound), total))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
+                                    sum_value=self._sum)
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
 
 EVENTS_APPENDED = Counter(
     "ares_events_appended_total", "Events committed to ares.events by this process",
@@ -10,7 +60,8 @@ EVENTS_APPENDED = Counter(
 TRANSACTIONS = Counter(
     "ares_transactions_total", "Transactions of the partition writers, by outcome",
     ["outcome"])
-APPEND_LATENCY = Histogram(
+# Observed once per appended event (ares.events.partition_writer).
+APPEND_LATENCY = HotPathHistogram(
     "ares_append_latency_seconds", "From an append's submission to its commit",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 DEAD_LETTERS = Counter(
