@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
@@ -13,7 +14,7 @@ from prometheus_client.utils import floatToGoString
 _go_float: Callable[[float], str] = floatToGoString  # the "le" label's text; untyped upstream
 
 
-class HotPathHistogram(Collector):
+class HotPathHistogram:
     """An unlabelled histogram for a once-per-event path, exposed like ``Histogram``.
 
     ``prometheus_client``'s ``Histogram.observe`` costs ~1.9 µs: two locks and a Python
@@ -35,7 +36,9 @@ class HotPathHistogram(Collector):
         self._counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
         self._sum = 0.0
         if registry is not None:
-            registry.register(self)
+            # A Collector by its methods, not by inheritance: the native build type-checks
+            # this module without site-packages, where Collector is Any (not subclassable).
+            registry.register(cast(Collector, self))
 
     def observe(self, amount: float) -> None:
         # bisect_left: the first bound >= amount, i.e. Prometheus's "le" bucket.
