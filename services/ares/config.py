@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ares.errors import ConfigError
-from ares.gc_policy import DEFAULT_GEN0_THRESHOLD, MIN_GEN0_THRESHOLD
+from ares.gc_policy import DEFAULT_GEN0_THRESHOLD, check_gc_threshold
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_POSTGRES_DSN = "postgresql://ares:ares@127.0.0.1:5432/ares"
@@ -113,9 +113,10 @@ class Settings:
         from ares.commands.policy import IssuerPolicy
 
         IssuerPolicy.parse(self.command_issuers)  # a bad rule fails at start-up, named
-        if self.gc_threshold != 0 and self.gc_threshold < MIN_GEN0_THRESHOLD:
-            raise ConfigError(f"ARES_GC_THRESHOLD must be 0 (Python's default) or at least "
-                              f"{MIN_GEN0_THRESHOLD} (got {self.gc_threshold})")
+        try:
+            check_gc_threshold(self.gc_threshold)
+        except ValueError as exc:
+            raise ConfigError(f"ARES_GC_THRESHOLD: {exc}") from None
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")

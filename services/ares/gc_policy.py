@@ -25,14 +25,21 @@ DEFAULT_GEN0_THRESHOLD = 20_000
 MIN_GEN0_THRESHOLD = 100
 
 
+def check_gc_threshold(gen0_threshold: int) -> None:
+    """ValueError unless the threshold is 0 (Python's defaults) or at least the minimum;
+    ``Settings.validate`` reports it under the setting's name."""
+    if gen0_threshold != 0 and gen0_threshold < MIN_GEN0_THRESHOLD:
+        raise ValueError(f"0 keeps Python's default; a young-generation threshold below "
+                         f"{MIN_GEN0_THRESHOLD} makes the collector run all the time "
+                         f"(got {gen0_threshold})")
+
+
 def apply_gc_policy(gen0_threshold: int = DEFAULT_GEN0_THRESHOLD) -> tuple[int, int, int]:
     """Raise the young-generation threshold (0 leaves Python's defaults); the thresholds
     now in force. Call once, when a process is about to serve."""
+    check_gc_threshold(gen0_threshold)
     if gen0_threshold == 0:
         return gc.get_threshold()
-    if gen0_threshold < MIN_GEN0_THRESHOLD:
-        raise ValueError(f"a young-generation threshold below {MIN_GEN0_THRESHOLD} makes "
-                         f"the collector run all the time (got {gen0_threshold})")
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0_threshold, gen1, gen2)
     return gc.get_threshold()
