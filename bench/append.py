@@ -9,8 +9,11 @@ Run alone: ``python bench/append.py [--events N] [--streams K] [--rounds R] [--j
   partition). Ceiling: per partition, a raw aiokafka transactional producer with the same
   settings sends the same pre-encoded records in the same number of transactions. A second
   ceiling: one plain idempotent ``acks=all`` producer, no transactions. The run is cut
-  into ``--rounds``, each running ours then both ceilings on that round's records, so a
-  burst of load from another process hits both sides; the figures are the totals.
+  into ``--rounds`` on which the order alternates: ours then the transactional ceiling,
+  then the ceiling (with the transaction counts of our round before) then ours; the
+  idempotent ceiling last. A burst of load from another process hits both sides, and
+  neither always runs second (which costs, see ``round_ratio_median_by_order``); the
+  figures are the totals.
 * **latency**: one stream, sequential single-event appends, each alternated with a raw
   begin/send/commit of the same record on the same partition (same broker conditions).
 * **codec**: ``chain.seal_encoded`` (validate, canonical JSON, Avro encode, SHA-256, frame)
@@ -88,8 +91,8 @@ async def run(settings: Settings, *, events: int = 20_000, streams: int = 200,
               partitions: int | None = None) -> Section:
     """The ``append`` report section (topics of its own, deleted at the end).
 
-    The throughput run is cut into ``rounds``; each round runs ours, then both ceilings on
-    that round's records, so a burst of load from elsewhere hits both sides alike.
+    The throughput run is cut into ``rounds`` of alternating order (``throughput_rounds``),
+    so a burst of load from elsewhere hits both sides alike.
     """
     settings = bench_settings(settings)
     where = machine()
@@ -109,12 +112,9 @@ async def run(settings: Settings, *, events: int = 20_000, streams: int = 200,
         idempotent = await start_producer(settings, enable_idempotence=True)
         try:
             await warm_up(settings, store, tx_producers, idempotent, tx_topic, idem_topic)
-            measured = [
-                await throughput_round(settings, store, tx_producers, idempotent,
-                                       (ours_topic, tx_topic, idem_topic),
-                                       _slice(news, lo, hi), _slice(sealed, lo, hi), lo)
-                for lo, hi in _bounds(per_stream, rounds)
-            ]
+            measured = await throughput_rounds(settings, store, tx_producers, idempotent,
+                                               (ours_topic, tx_topic, idem_topic),
+                                               news, sealed, rounds)
             latency = await measure_latency(store, tx_producers, tx_topic, latency_samples)
         finally:
             await store.close()
@@ -124,20 +124,28 @@ async def run(settings: Settings, *, events: int = 20_000, streams: int = 200,
     ours = combine([m.ours for m in measured])
     tx_ceiling = combine([m.transactional for m in measured])
     idem_ceiling = combine([m.idempotent for m in measured])
-    total_tx = sum(m.transactions for m in measured)
     records = [r for rs in sealed.values() for r in rs]
-    shape = {"transactions": total_tx,
-             "events_per_transaction": round(len(records) / max(1, total_tx), 2)}
-    ours_figures = ours.to_dict(**shape)
+
+    def shape(transactions: int) -> dict[str, Any]:
+        return {"transactions": transactions,
+                "events_per_transaction": round(len(records) / max(1, transactions), 2)}
+
+    ours_figures = ours.to_dict(**shape(sum(sum(m.transactions) for m in measured)))
+    ceiling_shape = shape(sum(m.ceiling_transactions for m in measured))
     round_ratios = rate_ratios([m.ours for m in measured], [m.transactional for m in measured])
     return section(
-        "append", "events_per_s", ours_figures, tx_ceiling.to_dict(**shape),
+        "append", "events_per_s", ours_figures, tx_ceiling.to_dict(**ceiling_shape),
         target=THROUGHPUT_TARGET,
         what=(f"{streams} agents x {per_stream} sequential single-event appends (OCC), "
               f"{partitions} partitions, ~{_mean_size(records)}-byte records, acks=all; "
               "ceiling: raw aiokafka transactional producers, same records and transactions"),
         round_ratios=round_ratios,
-        round_ratio_median=round(statistics.median(round_ratios), 3) if round_ratios else None,
+        round_ratio_median=_median(round_ratios),
+        # Even rounds ran ours first, odd rounds the ceiling first: the two medians show
+        # how much running second costs either side on this machine.
+        round_ratio_median_by_order={"ours_first": _median(round_ratios[0::2]),
+                                     "ceiling_first": _median(round_ratios[1::2])},
+        round_transactions=[[sum(m.transactions), m.ceiling_transactions] for m in measured],
         config={"events": len(records), "streams": streams, "partitions": partitions,
                 "rounds": rounds, "record_bytes": _mean_size(records),
                 "latency_samples": latency_samples},
@@ -162,30 +170,66 @@ class Round:
     ours: Measurement
     transactional: Measurement
     idempotent: Measurement
-    transactions: int  # our transactions, counted from the log
+    transactions: list[int]  # ours per partition, counted from the log
+    ceiling_transactions: int  # what the transactional ceiling committed
 
 
 async def throughput_round(
     settings: Settings, store: KafkaEventStore, tx_producers: Sequence[AIOKafkaProducer],
     idempotent: AIOKafkaProducer, topics: tuple[str, str, str],
     news: Mapping[str, Sequence[NewEvent]], sealed: Mapping[str, Sequence[Record]],
-    version: int,
+    version: int, ceiling_first: Sequence[int] | None = None,
 ) -> Round:
-    """Ours, the transactional ceiling, the idempotent ceiling; and our transaction count.
+    """Ours and both ceilings on one round's records; our transactions per partition.
 
     Our transactions are counted from the log: each committed transaction leaves one
-    commit marker (an offset) in each partition it wrote to.
+    commit marker (an offset) in each partition it wrote to. The transactional ceiling
+    commits as many per partition as ours did in this round; with ``ceiling_first`` (the
+    counts of the round before) it runs *before* ours instead. Alternating the order
+    matters: whichever side runs second inherits what the first left the broker to do (log
+    rolls, marker writes, the JVM's collections). The idempotent ceiling always runs last.
     """
     ours_topic, tx_topic, idem_topic = topics
     partitions = len(tx_producers)
+    per_partition = by_partition(interleave(sealed), partitions)
+    if ceiling_first is not None:
+        tx_ceiling, committed = await produce_ceiling(tx_producers, tx_topic, per_partition,
+                                                      ceiling_first)
     before = await settled_end_offsets(settings, ours_topic, partitions)
     ours = await append_fleet(store, news, version)
     after = await settled_end_offsets(settings, ours_topic, partitions)
-    per_partition = by_partition(interleave(sealed), partitions)
     transactions = [after[p] - before[p] - len(per_partition[p]) for p in range(partitions)]
-    tx_ceiling = await produce_ceiling(tx_producers, tx_topic, per_partition, transactions)
+    if ceiling_first is None:
+        tx_ceiling, committed = await produce_ceiling(tx_producers, tx_topic, per_partition,
+                                                      transactions)
     idem_ceiling = await produce_idempotent(idempotent, idem_topic, interleave(sealed))
-    return Round(ours, tx_ceiling, idem_ceiling, sum(transactions))
+    return Round(ours, tx_ceiling, idem_ceiling, transactions, committed)
+
+
+async def throughput_rounds(
+    settings: Settings, store: KafkaEventStore, tx_producers: Sequence[AIOKafkaProducer],
+    idempotent: AIOKafkaProducer, topics: tuple[str, str, str],
+    news: Mapping[str, Sequence[NewEvent]], sealed: Mapping[str, Sequence[Record]],
+    rounds: int,
+) -> list[Round]:
+    """The rounds in alternating order: ours first, then the ceilings first, and so on.
+
+    A ceiling-first round commits the transactions ours committed in the round before,
+    scaled to this round's steps per agent (rounds may differ by one step; in lockstep
+    our writers commit one transaction per step and partition).
+    """
+    measured: list[Round] = []
+    bounds = _bounds(min(len(s) for s in news.values()), rounds)
+    for i, (lo, hi) in enumerate(bounds):
+        plan = None
+        if i % 2:
+            prev_lo, prev_hi = bounds[i - 1]
+            scale = (hi - lo) / (prev_hi - prev_lo)
+            plan = [round(count * scale) for count in measured[-1].transactions]
+        measured.append(await throughput_round(
+            settings, store, tx_producers, idempotent, topics,
+            _slice(news, lo, hi), _slice(sealed, lo, hi), lo, ceiling_first=plan))
+    return measured
 
 
 # -- throughput ---------------------------------------------------------------------------
@@ -207,15 +251,15 @@ async def append_fleet(store: KafkaEventStore, news: Mapping[str, Sequence[NewEv
 
 async def produce_ceiling(producers: Sequence[AIOKafkaProducer], topic: str,
                           per_partition: Sequence[Sequence[Record]],
-                          transactions: Sequence[int]) -> Measurement:
-    """Each partition's records in as many transactions as our writer of it committed."""
+                          transactions: Sequence[int]) -> tuple[Measurement, int]:
+    """Each partition's records in as many transactions as ``transactions`` gives for it
+    (at least one, at most one per record); returns how many were committed in all."""
+    plans = [chunks(records, count) if records else []
+             for records, count in zip(per_partition, transactions, strict=True)]
     watch = Stopwatch()
-    await asyncio.gather(*(
-        produce_transactions(producer, topic, chunks(records, count))
-        for producer, records, count in zip(producers, per_partition, transactions, strict=True)
-        if records
-    ))
-    return watch.stop(sum(len(records) for records in per_partition))
+    await asyncio.gather(*(produce_transactions(producer, topic, plan)
+                           for producer, plan in zip(producers, plans, strict=True) if plan))
+    return watch.stop(sum(len(records) for records in per_partition)), sum(map(len, plans))
 
 
 async def produce_idempotent(producer: AIOKafkaProducer, topic: str,
@@ -348,6 +392,10 @@ def _bounds(count: int, rounds: int) -> list[tuple[int, int]]:
     """``rounds`` consecutive [lo, hi) slices of ``range(count)``."""
     edges = [count * i // rounds for i in range(rounds + 1)]
     return list(itertools.pairwise(edges))
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 def _slice(per_stream: Mapping[str, Sequence[T]], lo: int, hi: int) -> dict[str, Sequence[T]]:

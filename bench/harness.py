@@ -202,6 +202,12 @@ def render(report: Section, indent: str = "") -> str:
         verdict = (f"   target {relation} {target['ratio']}: "
                    f"{'met' if target['met'] else 'NOT met'}")
     lines.append(f"{indent}  ratio    {report['ratio']} ({metric}, ours/ceiling){verdict}")
+    if report.get("round_ratio_median") is not None:
+        by_order = "".join(f", {order.replace('_', ' ')} {median}"
+                           for order, median in report.get("round_ratio_median_by_order",
+                                                           {}).items())
+        lines.append(f"{indent}  rounds   median {report['round_ratio_median']}{by_order} "
+                     f"(of {len(report['round_ratios'])})")
     for note in report.get("notes", ()):
         lines.append(f"{indent}  note     {note}")
     for part in report.get("parts", {}).values():
