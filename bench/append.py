@@ -184,25 +184,31 @@ async def throughput_round(
 
     Our transactions are counted from the log: each committed transaction leaves one
     commit marker (an offset) in each partition it wrote to. The transactional ceiling
-    commits as many per partition as ours did in this round; with ``ceiling_first`` (the
-    counts of the round before) it runs *before* ours instead. Alternating the order
-    matters: whichever side runs second inherits what the first left the broker to do (log
-    rolls, marker writes, the JVM's collections). The idempotent ceiling always runs last.
+    commits as many per partition as ours did in this round; given ``ceiling_first`` (the
+    counts to commit, from the round before) it runs *before* ours instead. Alternating the
+    order matters: whichever side runs second inherits what the first left the broker to do
+    (log rolls, marker writes, the JVM's collections). The idempotent ceiling runs last.
     """
     ours_topic, tx_topic, idem_topic = topics
     partitions = len(tx_producers)
-    per_partition = by_partition(interleave(sealed), partitions)
-    if ceiling_first is not None:
-        tx_ceiling, committed = await produce_ceiling(tx_producers, tx_topic, per_partition,
-                                                      ceiling_first)
-    before = await settled_end_offsets(settings, ours_topic, partitions)
-    ours = await append_fleet(store, news, version)
-    after = await settled_end_offsets(settings, ours_topic, partitions)
-    transactions = [after[p] - before[p] - len(per_partition[p]) for p in range(partitions)]
+    records = interleave(sealed)
+    per_partition = by_partition(records, partitions)
+
+    async def our_side() -> tuple[Measurement, list[int]]:
+        before = await settled_end_offsets(settings, ours_topic, partitions)
+        ours = await append_fleet(store, news, version)
+        after = await settled_end_offsets(settings, ours_topic, partitions)
+        return ours, [after[p] - before[p] - len(per_partition[p]) for p in range(partitions)]
+
     if ceiling_first is None:
+        ours, transactions = await our_side()
         tx_ceiling, committed = await produce_ceiling(tx_producers, tx_topic, per_partition,
                                                       transactions)
-    idem_ceiling = await produce_idempotent(idempotent, idem_topic, interleave(sealed))
+    else:
+        tx_ceiling, committed = await produce_ceiling(tx_producers, tx_topic, per_partition,
+                                                      ceiling_first)
+        ours, transactions = await our_side()
+    idem_ceiling = await produce_idempotent(idempotent, idem_topic, records)
     return Round(ours, tx_ceiling, idem_ceiling, transactions, committed)
 
 
