@@ -26,7 +26,6 @@ as the DLQ's reason header; the message adds the detail.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from io import BytesIO
@@ -107,13 +106,20 @@ class SingleObjectEncoding:
 _UNWRITABLE = (TypeError, ValueError, AttributeError, KeyError, OverflowError)
 
 
-@dataclass(frozen=True, slots=True)
 class PreparedPayload:
-    """A payload ready for the wire: its union branch, what is written, what reads back."""
+    """A payload ready for the wire: its union branch, what is written, what reads back.
 
-    record: str  # full name of the payload record (the union branch)
-    datum: dict[str, Any]  # the record as written
-    value: dict[str, Any]  # the payload as decode_event returns it
+    A plain class, not a frozen dataclass: every append makes one, and a dataclass's
+    ``__init__`` stays interpreted even in the compiled module (0.8 us, ~8 % of a fleet's
+    append path in instructions); this one compiles. Treat it as immutable.
+    """
+
+    __slots__ = ("datum", "record", "value")
+
+    def __init__(self, record: str, datum: dict[str, Any], value: dict[str, Any]) -> None:
+        self.record = record  # full name of the payload record (the union branch)
+        self.datum = datum  # the record as written
+        self.value = value  # the payload as decode_event returns it
 
 
 class Codec:
@@ -134,6 +140,10 @@ class Codec:
         # Writes bodies with JSON payloads without fastavro (the append path); None when the
         # Event schema is not the shape it knows.
         self._envelope = EnvelopeWriter.of(self._event.parsed)
+        # The last timestamp sealed and its microseconds: the events of one transaction share
+        # one datetime, and converting it (a timedelta and a floor division) cost ~5 % of an
+        # append's instructions.
+        self._stamp: tuple[datetime | None, int] = (None, 0)
         # Reader schema per writer fingerprint; None when the writer is current (no resolution).
         self._readers: dict[bytes, Schema | None] = {}
         for fp, sf in self.schemas.by_fingerprint.items():
@@ -252,10 +262,13 @@ class Codec:
         this plus the hash. ``metadata`` as ``normalize_metadata`` returns it."""
         envelope = self._envelope
         if envelope is not None and envelope.knows(prepared.record):
+            stamp = self._stamp
+            if stamp[0] is not timestamp:  # the same object: the same instant
+                stamp = self._stamp = (timestamp, _micros(timestamp))
             try:
                 return envelope.unhashed(
                     id=id, stream_id=stream_id, type=type, module=module, version=version,
-                    timestamp_us=_micros(timestamp), record=prepared.record,
+                    timestamp_us=stamp[1], record=prepared.record,
                     datum=prepared.datum, metadata=metadata, prev_hash=prev_hash)
             except _UNWRITABLE as e:
                 raise CodecError("invalid_payload", f"{EVENT}: {e}") from e

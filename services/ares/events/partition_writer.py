@@ -97,8 +97,9 @@ class Transaction:
                     f"event {event.type!r} of stream {stream_id!r} encodes to {len(value)} "
                     f"bytes, over the {limit}-byte limit (ARES_MAX_RECORD_BYTES)"
                 )
-        if stream_id not in self.saved:
-            self.saved.update(table.save([stream_id]))
+        saved = self.saved
+        if stream_id not in saved:
+            saved[stream_id] = table.save(stream_id)
         table.apply(plan)
         key = stream_id.encode()
         places = [self._add(key, value, [("ares.type", event.type.encode())])
