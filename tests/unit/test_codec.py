@@ -24,14 +24,13 @@ from ares.events.codec import (
     Codec,
     CodecError,
     SingleObjectEncoding,
-    _micros,
     decode,
     decode_event,
     default_codec,
     encode,
     encode_event,
 )
-from ares.events.envelope import long_bytes
+from ares.events.envelope import long_bytes, timestamp_micros
 from ares.events.model import NewEvent, StreamHead
 from ares.events.schemas import (
     ALERT,
@@ -392,7 +391,7 @@ def test_schema_mismatch_on_a_timestamp_no_datetime_can_hold() -> None:
     malformed like any other (found by hypothesis in test_avro_reader)."""
     event = sealed()
     body = default_codec().event_body(event, hash_=event.hash)
-    stamp = long_bytes(_micros(event.timestamp))
+    stamp = long_bytes(timestamp_micros(event.timestamp))
     far = long_bytes(2**62)  # ~146,000 years after 1970
     assert body.count(stamp) == 1
     data = MAGIC + default_codec().schemas.get(EVENT).fingerprint + body.replace(stamp, far)

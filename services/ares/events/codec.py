@@ -26,7 +26,7 @@ as the DLQ's reason header; the message adds the detail.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from functools import cache
 from io import BytesIO
 from typing import Any, Protocol
@@ -37,7 +37,7 @@ from fastavro.read import SchemaResolutionError
 from ares.errors import SchemaError
 from ares.events.avro_reader import READ_ERRORS, Reader, compile_reader
 from ares.events.canonical import canonical_json, canonical_round_trip, parse_json
-from ares.events.envelope import EnvelopeWriter
+from ares.events.envelope import EnvelopeWriter, timestamp_micros
 from ares.events.model import Event, make_event
 from ares.events.schemas import (
     COMMAND,
@@ -57,9 +57,6 @@ from ares.events.schemas import (
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 class WireFormat(Protocol):
@@ -140,10 +137,6 @@ class Codec:
         # Writes bodies with JSON payloads without fastavro (the append path); None when the
         # Event schema is not the shape it knows.
         self._envelope = EnvelopeWriter.of(self._event.parsed)
-        # The last timestamp sealed and its microseconds: the events of one transaction share
-        # one datetime, and converting it (a timedelta and a floor division) cost ~5 % of an
-        # append's instructions.
-        self._stamp: tuple[datetime | None, int] = (None, 0)
         # Reader schema per writer fingerprint; None when the writer is current (no resolution).
         self._readers: dict[bytes, Schema | None] = {}
         for fp, sf in self.schemas.by_fingerprint.items():
@@ -177,7 +170,7 @@ class Codec:
             prepared = self.prepare_payload(str(record.get("type")), record.get("payload"))
             record["payload"] = (prepared.record, prepared.datum)
             record["metadata"] = normalize_metadata(record.get("metadata", {}))
-            record["timestamp"] = _micros(record.get("timestamp"))
+            record["timestamp"] = timestamp_micros(record.get("timestamp"))
         elif name == COMMAND:
             spec = self._command_specs.get(str(record.get("type")))
             if spec is None:
@@ -246,7 +239,7 @@ class Codec:
             "type": event.type,
             "module": event.module,
             "version": event.version,
-            "timestamp": _micros(event.timestamp),
+            "timestamp": timestamp_micros(event.timestamp),
             "payload": (prepared.record, prepared.datum),
             "metadata": normalize_metadata(event.metadata),
             "prev_hash": event.prev_hash,
@@ -262,13 +255,10 @@ class Codec:
         this plus the hash. ``metadata`` as ``normalize_metadata`` returns it."""
         envelope = self._envelope
         if envelope is not None and envelope.knows(prepared.record):
-            stamp = self._stamp
-            if stamp[0] is not timestamp:  # the same object: the same instant
-                stamp = self._stamp = (timestamp, _micros(timestamp))
             try:
                 return envelope.unhashed(
                     id=id, stream_id=stream_id, type=type, module=module, version=version,
-                    timestamp_us=stamp[1], record=prepared.record,
+                    timestamp=timestamp, record=prepared.record,
                     datum=prepared.datum, metadata=metadata, prev_hash=prev_hash)
             except _UNWRITABLE as e:
                 raise CodecError("invalid_payload", f"{EVENT}: {e}") from e
@@ -355,16 +345,6 @@ def normalize_metadata(metadata: Any) -> dict[str, str]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise CodecError("invalid_payload", f"metadata {k!r}: keys and values must be str")
     return dict(items)
-
-
-def _micros(ts: Any) -> int:
-    """Microseconds since the epoch; a naive datetime is taken as UTC (never local time)."""
-    if isinstance(ts, datetime):
-        aware: datetime = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-        return (aware - _EPOCH) // _MICROSECOND
-    if isinstance(ts, int) and not isinstance(ts, bool):
-        return ts
-    raise CodecError("invalid_payload", f"timestamp must be a datetime, got {type(ts).__name__}")
 
 
 @cache

@@ -14,13 +14,14 @@ Equality with fastavro and the reference ``avro`` library is tested
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from io import BytesIO
 from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
 
-from ares.events.schemas import JSON_PAYLOAD
+from ares.events.schemas import JSON_PAYLOAD, CodecError
 
 # Field name -> Avro type of the envelope, in order, as fastavro parses it.
 _SHAPE: tuple[tuple[str, Any], ...] = (
@@ -35,6 +36,9 @@ _SHAPE: tuple[tuple[str, Any], ...] = (
     ("prev_hash", "string"),
     ("hash", "string"),
 )
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 # zig-zag varints of 0..63 (lengths of short strings, small versions): the common case.
 _SMALL = [bytes([n << 1]) for n in range(64)]
@@ -57,6 +61,17 @@ def long_bytes(n: int) -> bytes:
     return bytes(out)
 
 
+def timestamp_micros(ts: Any) -> int:
+    """Avro ``timestamp-micros``: microseconds since the epoch of a datetime (a naive one is
+    taken as UTC, never as local time), or integer microseconds as they are."""
+    if isinstance(ts, datetime):
+        aware: datetime = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+        return (aware - _EPOCH) // _MICROSECOND
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return ts
+    raise CodecError("invalid_payload", f"timestamp must be a datetime, got {type(ts).__name__}")
+
+
 def string_bytes(s: str) -> bytes:
     """Avro ``string``: its UTF-8 length as a long, then the bytes."""
     raw = s.encode()
@@ -70,9 +85,10 @@ class EnvelopeWriter:
         # payload record name -> (its union index as a varint, its own parsed schema)
         self._branches = dict(branches)
         self._json_branch = self._branches[JSON_PAYLOAD][0]
-        # The last timestamp written and its bytes: the appends of one transaction share
-        # their timestamp, and an 8-byte varint is the dearest field to write.
-        self._stamp: tuple[int, bytes] = (-1, b"")
+        # The last timestamp written and its bytes: the appends of one transaction share one
+        # datetime, and converting it (a timedelta, a floor division, an 8-byte varint) is
+        # the dearest field to write.
+        self._stamp: tuple[datetime | None, bytes] = (None, b"")
 
     @classmethod
     def of(cls, parsed_event_schema: Mapping[str, Any]) -> EnvelopeWriter | None:
@@ -106,15 +122,15 @@ class EnvelopeWriter:
         return record in self._branches
 
     def unhashed(self, *, id: str, stream_id: str, type: str, module: str, version: int,
-                 timestamp_us: int, record: str, datum: Mapping[str, Any],
+                 timestamp: datetime, record: str, datum: Mapping[str, Any],
                  metadata: Mapping[str, str], prev_hash: str) -> bytes:
         """The body without its last field (``hash``): ``datum`` is the payload as the
         ``record`` branch of the union. ``metadata`` must be sorted by key and hold strings
         only (``codec.normalize_metadata``). Raises what fastavro or ``str.encode`` raise
         for what Avro cannot write (TypeError, ValueError, AttributeError, KeyError...)."""
         stamp = self._stamp
-        if stamp[0] != timestamp_us:
-            stamp = self._stamp = (timestamp_us, long_bytes(timestamp_us))
+        if stamp[0] is not timestamp:  # the same object: the same instant
+            stamp = self._stamp = (timestamp, long_bytes(timestamp_micros(timestamp)))
         if record == JSON_PAYLOAD:
             payload = self._json_branch + string_bytes(datum["json"])
         else:
@@ -143,4 +159,4 @@ def _plain(avro_type: Any) -> Any:
     return avro_type
 
 
-__all__ = ["EnvelopeWriter", "long_bytes", "string_bytes"]
+__all__ = ["EnvelopeWriter", "long_bytes", "string_bytes", "timestamp_micros"]
