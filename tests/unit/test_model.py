@@ -1,11 +1,13 @@
-"""``make_event``, the hot paths' Event constructor, builds exactly what ``Event(...)`` does."""
+"""``make_event`` (in the codec), the hot paths' Event constructor, builds exactly what
+``Event(...)`` does."""
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import fields
 
-from ares.events.model import Event, make_event, utc_now
+from ares.events.codec import make_event
+from ares.events.model import Event, utc_now
 
 
 def test_make_event_takes_every_field_in_order() -> None:

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from ares.errors import IntegrityError
-from ares.events.codec import Codec, CodecError, default_codec, normalize_metadata
-from ares.events.model import Event, NewEvent, StreamHead, make_event, utc_now
+from ares.events.codec import Codec, CodecError, default_codec, make_event, normalize_metadata
+from ares.events.model import Event, NewEvent, StreamHead, utc_now
 from ares.events.schemas import EVENT, SchemaFile
 
 # Avro encoding of a 64-character string: zig-zag varint length (128 = 80 01), then UTF-8.

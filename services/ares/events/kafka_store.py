@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -79,16 +80,20 @@ class KafkaEventStore:
     def partition_of(self, stream_id: str) -> int:
         return partition_for(stream_id, self.partitions)
 
-    async def append(self, stream_id: str, events: Sequence[NewEvent],
-                     expected_version: int = ANY_VERSION) -> int:
-        partition = self.partition_of(stream_id)
+    def append(self, stream_id: str, events: Sequence[NewEvent],
+               expected_version: int = ANY_VERSION) -> Coroutine[Any, Any, int]:
+        """``EventStore.append``: awaited like a coroutine function, and it is one to its
+        callers. It returns the owner's own coroutine rather than awaiting it in one more:
+        that frame was created and resumed twice on every append of a fleet. Errors still
+        surface when the result is awaited, as they would from an ``async def``."""
+        partition = partition_for(stream_id, self.partitions)
         writer = self._writers.get(partition)
         if writer is None:
-            raise NotOwnerError(
+            return _raise(NotOwnerError(
                 f"stream {stream_id!r} lives on partition {partition}, which this process does "
                 "not own: send the append as a command (ares.Client / `ares events append`)"
-            )
-        return await writer.append(stream_id, events, expected_version)
+            ))
+        return writer.append(stream_id, events, expected_version)
 
     async def read(self, stream_id: str, from_version: int | None = None,
                    limit: int | None = None,
@@ -320,3 +325,8 @@ async def _complete_hanging(producer: AIOKafkaProducer, tp: TopicPartition,
     except KafkaError as exc:
         raise translate(exc, f"completing the hanging transaction of {tp.topic}/"
                              f"{tp.partition}") from exc
+
+
+async def _raise(error: BaseException) -> Any:
+    """A coroutine that fails with ``error`` when awaited (``append``'s refusal)."""
+    raise error

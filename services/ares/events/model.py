@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple
@@ -78,36 +78,6 @@ class Event:
             "prev_hash": self.prev_hash,
             "hash": self.hash,
         }
-
-
-# The slot setters of Event's fields, in declaration order (tests/unit/test_model.py checks
-# that make_event sets every field).
-_EVENT_SETTERS = tuple(Event.__dict__[f.name].__set__ for f in fields(Event))
-_new_object = object.__new__
-
-
-def make_event(id: str, stream_id: str, type: str, module: str, version: int,
-               timestamp: datetime, payload: Mapping[str, Any], metadata: Mapping[str, str],
-               prev_hash: str, hash: str, wire_body: bytes | None = None) -> Event:
-    """``Event(...)`` for the hot paths: every append seals one and every replayed record
-    decodes one. A frozen dataclass's ``__init__`` goes through ``object.__setattr__``
-    field by field (~2-3 us with keywords); setting the slots directly takes ~1 us and
-    builds the same object (no validation is skipped: Event has none)."""
-    event = _new_object(Event)
-    (s_id, s_stream, s_type, s_module, s_version, s_timestamp, s_payload, s_metadata,
-     s_prev, s_hash, s_wire) = _EVENT_SETTERS
-    s_id(event, id)
-    s_stream(event, stream_id)
-    s_type(event, type)
-    s_module(event, module)
-    s_version(event, version)
-    s_timestamp(event, timestamp)
-    s_payload(event, payload)
-    s_metadata(event, metadata)
-    s_prev(event, prev_hash)
-    s_hash(event, hash)
-    s_wire(event, wire_body)
-    return event
 
 
 class StreamHead(NamedTuple):

@@ -190,7 +190,10 @@ class PartitionWriter:
         self._queue: list[_Queued] = []
         self._appended = metrics.EVENTS_APPENDED.labels(str(partition))
         self._committed = metrics.TRANSACTIONS.labels("committed")
-        self._wakeup = asyncio.Event()
+        # Set while the writer's loop sleeps on an empty queue; the next submission wakes it.
+        # A bare future, not an asyncio.Event: every append would call Event.set, which
+        # is interpreted, and the loop creates a waiter only when it runs out of work.
+        self._idle: asyncio.Future[None] | None = None
         self._fenced: FencedError | None = None
         self._begun = False  # a transaction is open and empty, ready for the next batch
         self._task: asyncio.Task[None] | None = None
@@ -231,17 +234,24 @@ class PartitionWriter:
                  append: tuple[str, Sequence[NewEvent], int] | None) -> asyncio.Future[Any]:
         if self._fenced is not None:
             raise self._fenced
-        queued = _Queued(work, append, asyncio.get_running_loop().create_future())
+        # asyncio.Future directly: loop.create_future is one more interpreted call per append.
+        queued = _Queued(work, append, asyncio.Future())
         self._queue.append(queued)
-        self._wakeup.set()
+        idle = self._idle
+        if idle is not None and not idle.done():
+            idle.set_result(None)
         return queued.result
 
     async def _run(self) -> None:
         while True:
             if not self._queue:
                 await self._begin_ahead()
-                await self._wakeup.wait()
-            self._wakeup.clear()
+            if not self._queue:  # nothing came in while the transaction began
+                self._idle = asyncio.Future()
+                try:
+                    await self._idle
+                finally:
+                    self._idle = None
             while self._queue:
                 if self._fenced is not None:
                     # A fenced producer can begin no transaction: everything queued behind
