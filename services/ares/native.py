@@ -43,6 +43,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "ares.events.chain",
     "ares.events.codec",
     "ares.events.writer",
+    "ares.events.batch_future",
     "ares.events.partition_writer",
 )
 

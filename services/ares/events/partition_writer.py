@@ -22,6 +22,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError
+from ares.events.batch_future import BatchFuture, wake
 from ares.events.kafka_errors import translate
 from ares.events.model import NewEvent, utc_now
 from ares.events.writer import AppendPlan, StreamState, StreamTable
@@ -159,16 +160,17 @@ class Transaction:
 WorkItem = Callable[[Transaction], Awaitable[Any]]
 
 
-class _Queued:
-    """One submitted item: an append (the fast path) or any other work item."""
+class _Queued(BatchFuture):
+    """One submitted item, an append (the fast path) or any other work item, and the future
+    of its outcome: one object per append instead of two."""
 
-    __slots__ = ("append", "result", "submitted", "work")
+    __slots__ = ("append", "submitted", "work")
 
-    def __init__(self, work: WorkItem | None, append: tuple[str, Sequence[NewEvent], int] | None,
-                 result: asyncio.Future[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, work: WorkItem | None,
+                 append: tuple[str, Sequence[NewEvent], int] | None) -> None:
+        super().__init__(loop)
         self.work = work
         self.append = append
-        self.result = result
         self.submitted = time.monotonic()
 
 
@@ -213,8 +215,7 @@ class PartitionWriter:
 
     def _fail_queued(self, error: BaseException) -> None:
         for queued in self._queue:
-            if not queued.result.done():
-                queued.result.set_exception(error)
+            queued.set_exception(error)
         self._queue.clear()
 
     @property
@@ -231,16 +232,15 @@ class PartitionWriter:
         return int(await self._enqueue(None, (stream_id, events, expected_version)))
 
     def _enqueue(self, work: WorkItem | None,
-                 append: tuple[str, Sequence[NewEvent], int] | None) -> asyncio.Future[Any]:
+                 append: tuple[str, Sequence[NewEvent], int] | None) -> BatchFuture:
         if self._fenced is not None:
             raise self._fenced
-        # asyncio.Future directly: loop.create_future is one more interpreted call per append.
-        queued = _Queued(work, append, asyncio.Future())
+        queued = _Queued(asyncio.get_running_loop(), work, append)
         self._queue.append(queued)
         idle = self._idle
         if idle is not None and not idle.done():
             idle.set_result(None)
-        return queued.result
+        return queued
 
     async def _run(self) -> None:
         while True:
@@ -266,9 +266,8 @@ class PartitionWriter:
                     log.exception("writer of %s/%d: transaction failed unexpectedly",
                                   self.topic, self.partition)
                     for queued in batch:
-                        if not queued.result.done():
-                            queued.result.set_exception(
-                                AresError(f"append failed: {type(exc).__name__}: {exc}"))
+                        queued.set_exception(
+                            AresError(f"append failed: {type(exc).__name__}: {exc}"))
                     self._begun = False
                     with contextlib.suppress(Exception):  # whatever it left open is void
                         await self.producer.abort_transaction()
@@ -336,13 +335,9 @@ class PartitionWriter:
         latency = metrics.APPEND_LATENCY
         for queued, value, error in outcomes:
             latency.observe(now - queued.submitted)
-            result = queued.result
-            if result.done():
-                continue
-            if error is None:
-                result.set_result(value)
-            else:
-                result.set_exception(error)
+            queued.settle(value, error)
+        # Every waiter of the transaction from one loop callback, not one per append.
+        asyncio.get_running_loop().call_soon(wake, batch)
 
     async def _fail(self, batch: list[_Queued], tx: Transaction, exc: BaseException) -> None:
         error = translate(exc, f"append to {self.topic}/{self.partition}")
@@ -357,5 +352,4 @@ class PartitionWriter:
             with contextlib.suppress(KafkaError):
                 await self.producer.abort_transaction()
         for queued in batch:
-            if not queued.result.done():
-                queued.result.set_exception(error)
+            queued.set_exception(error)
