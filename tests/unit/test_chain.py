@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ares.errors import IntegrityError
-from ares.events.chain import ChainError, event_hash, seal, seal_encoded, verify_chain
+from ares.events.chain import ChainError, event_hash, seal, seal_after, seal_encoded, verify_chain
 from ares.events.codec import HEADER_SIZE, Codec, decode_event, encode_event
 from ares.events.model import GENESIS_HASH, Event, NewEvent, StreamHead
 from ares.events.schemas import load_registry
@@ -116,6 +116,20 @@ def test_seal_encoded_returns_the_wire_bytes() -> None:
                                                            SAMPLE_PAYLOADS["llm.call"]), 1)
     assert decode_event(wire) == event
     assert wire == encode_event(event)
+
+
+def test_seal_after_takes_the_head_apart_and_seals_the_same_chain() -> None:
+    news = [NewEvent("user.note", "tests", {"n": i}) for i in range(3)]
+    head, version, digest = StreamHead(), 0, GENESIS_HASH
+    for new in news:
+        by_head = seal_encoded("s", head, new, head.version + 1, T0)
+        apart = seal_after("s", version, digest, new, version + 1, T0)
+        assert apart == by_head
+        head = StreamHead(by_head[0].version, by_head[0].hash)
+        version, digest = apart[0].version, apart[0].hash
+    with pytest.raises(ChainError) as info:
+        seal_after("s", version, digest, news[0], version + 2, T0)
+    assert info.value.kind == "gap"
 
 
 # -- verification --------------------------------------------------------------------------

@@ -22,11 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Iterable
 from contextvars import Context
-from typing import Any
+from typing import Any, Final
 
-_PENDING = 0
-_RESULT = 1
-_EXCEPTION = 2
+_PENDING: Final = 0
+_RESULT: Final = 1
+_EXCEPTION: Final = 2
 _CANCELLED = 3
 
 Callback = Callable[[Any], object]

@@ -26,18 +26,22 @@ from __future__ import annotations
 
 import json
 from json import encoder as json_encoder
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import orjson
 
 # orjson prints these floats exactly as repr() does (6 million compared); outside them
 # repr() switches to exponent notation, and orjson at other points and in another form.
-_PLAIN_FLOATS_FROM = 1e-4
-_PLAIN_FLOATS_BELOW = 1e16
+_PLAIN_FLOATS_FROM: Final = 1e-4
+_PLAIN_FLOATS_BELOW: Final = 1e16
 # orjson refuses deeper nesting; a deeper or circular value goes to the standard library.
-_MAX_DEPTH = 254
+_MAX_DEPTH: Final = 254
 # orjson reads an integer beyond 64 bits as a float (json: an exact int); 2**63 as a float.
-_HUGE = 9.223372036854775808e18
+_HUGE: Final = 9.223372036854775808e18
+# Final: compiled, these are C statics; a module global is a dict lookup on every call.
+_orjson_dumps: Final = orjson.dumps
+_orjson_loads: Final = orjson.loads
+_SORT_KEYS: Final = orjson.OPT_SORT_KEYS
 
 # One encoder for every call: json.dumps with options builds a JSONEncoder each time.
 _REFERENCE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -65,7 +69,7 @@ def canonical_round_trip(value: Any) -> tuple[str, Any]:
     fast = _orjson_text(value)
     if fast is not None:
         # orjson parses the integers (64 bits) and floats it writes exactly as json does
-        return fast.decode(), orjson.loads(fast)
+        return fast.decode(), _orjson_loads(fast)
     text = _reference_text(value)
     return text, _json_loads(text)  # the reference's text may hold integers beyond 64 bits
 
@@ -79,7 +83,7 @@ def parse_json(text: str) -> Any:
     text to json, so results and errors are exactly json's.
     """
     try:
-        value = orjson.loads(text)
+        value = _orjson_loads(text)
     except orjson.JSONDecodeError:
         return _json_loads(text)
     return _json_loads(text) if _holds_huge_float(value, 0) else value
@@ -116,7 +120,7 @@ def _orjson_text(value: Any) -> bytes | None:
     if not _orjson_agrees(value, 0):
         return None
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return _orjson_dumps(value, option=_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError (a 65-bit integer, a lone surrogate)
         return None
 

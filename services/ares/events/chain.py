@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Final
 
 from ares.errors import IntegrityError
 from ares.events.codec import Codec, CodecError, default_codec, make_event, normalize_metadata
@@ -31,7 +32,9 @@ from ares.events.model import Event, NewEvent, StreamHead, utc_now
 from ares.events.schemas import EVENT, SchemaFile
 
 # Avro encoding of a 64-character string: zig-zag varint length (128 = 80 01), then UTF-8.
-_HASH_LENGTH_PREFIX = b"\x80\x01"
+_HASH_LENGTH_PREFIX: Final = b"\x80\x01"
+_UTC: Final = UTC
+_sha256: Final = hashlib.sha256
 
 
 class ChainError(IntegrityError):
@@ -67,26 +70,35 @@ def seal_encoded(stream_id: str, head: StreamHead, new: NewEvent, version: int,
                  timestamp: datetime | None = None, *,
                  codec: Codec | None = None) -> tuple[Event, bytes]:
     """``seal`` plus the event's wire bytes, from a single Avro encode (the append path)."""
+    return seal_after(stream_id, head.version, head.hash, new, version, timestamp, codec=codec)
+
+
+def seal_after(stream_id: str, head_version: int, prev_hash: str, new: NewEvent, version: int,
+               timestamp: datetime | None = None, *,
+               codec: Codec | None = None) -> tuple[Event, bytes]:
+    """``seal_encoded`` after the head (``head_version``, ``prev_hash``) given apart: a
+    writer sealing several events of one append needs no ``StreamHead`` between them."""
     codec = codec or default_codec()
-    if version != head.version + 1:
-        kind = "gap" if version > head.version + 1 else "duplicate"
+    if version != head_version + 1:
+        kind = "gap" if version > head_version + 1 else "duplicate"
         raise ChainError(stream_id, version, kind,
-                         f"cannot seal version {version} after head version {head.version}")
+                         f"cannot seal version {version} after head version {head_version}")
+    # Each field of ``new`` read once: a NewEvent's attributes are generic lookups here.
+    event_id, event_type, module = new.id, new.type, new.module
     try:
-        prepared = codec.prepare_payload(new.type, new.payload)
+        prepared = codec.prepare_payload(event_type, new.payload)
     except CodecError as e:
         raise CodecError(e.reason, f"stream {stream_id!r} version {version}: {e.detail}") from e
     stamp = _utc(timestamp or new.timestamp or utc_now())
     metadata = normalize_metadata(new.metadata)
-    prev_hash = head.hash
-    unhashed = codec.unhashed_body(id=new.id, stream_id=stream_id, type=new.type,
-                                   module=new.module, version=version, timestamp=stamp,
+    unhashed = codec.unhashed_body(id=event_id, stream_id=stream_id, type=event_type,
+                                   module=module, version=version, timestamp=stamp,
                                    prepared=prepared, metadata=metadata, prev_hash=prev_hash)
     # The canonical body ends with the empty hash string (one 00 byte); the wire body ends
     # with the hash itself.
-    digest = hashlib.sha256(unhashed + b"\x00").hexdigest()
+    digest = _sha256(unhashed + b"\x00").hexdigest()
     wire = codec.frame_event(unhashed + _HASH_LENGTH_PREFIX + digest.encode("ascii"))
-    sealed = make_event(new.id, stream_id, new.type, new.module, version, stamp,
+    sealed = make_event(event_id, stream_id, event_type, module, version, stamp,
                         prepared.value, metadata, prev_hash, digest)
     return sealed, wire
 
@@ -172,9 +184,9 @@ def _try_hash(codec: Codec, event: Event) -> str:
 def _utc(ts: datetime) -> datetime:
     """Aware UTC; a naive datetime is taken as UTC, never as local time."""
     tz = ts.tzinfo
-    if tz is UTC:  # what utc_now() and decoding give: nothing to convert
+    if tz is _UTC:  # what utc_now() and decoding give: nothing to convert
         return ts
-    return ts.replace(tzinfo=UTC) if tz is None else ts.astimezone(UTC)
+    return ts.replace(tzinfo=_UTC) if tz is None else ts.astimezone(_UTC)
 
 
-__all__ = ["ChainError", "event_hash", "seal", "seal_encoded", "verify_chain"]
+__all__ = ["ChainError", "event_hash", "seal", "seal_after", "seal_encoded", "verify_chain"]

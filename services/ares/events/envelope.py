@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from io import BytesIO
-from typing import Any
+from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
@@ -41,7 +41,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 # zig-zag varints of 0..63 (lengths of short strings, small versions): the common case.
-_SMALL = [bytes([n << 1]) for n in range(64)]
+_SMALL: Final = [bytes([n << 1]) for n in range(64)]
 
 
 def long_bytes(n: int) -> bytes:

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 # The hash-chain head of an empty stream.
 GENESIS_HASH = "0" * 64
 
 # expected_version sentinels of EventStore.append.
-NO_STREAM = 0  # the stream must be empty
-ANY_VERSION = -1  # no check
+NO_STREAM: Final = 0  # the stream must be empty
+ANY_VERSION: Final = -1  # no check
 
 
 def new_event_id() -> str:
@@ -78,6 +78,18 @@ class Event:
             "prev_hash": self.prev_hash,
             "hash": self.hash,
         }
+
+
+class EventSlots:
+    """``Event``'s slot layout without its frozen ``__setattr__``: the codec's
+    ``make_event`` fills one attribute by attribute and then makes it an ``Event``
+    (``__class__`` assignment, which CPython allows between classes of the same layout).
+    A frozen dataclass can otherwise only be filled through its slot descriptors, one call
+    each (~450 instructions), or its ``__init__``, which goes through ``object.__setattr__``.
+    Kept beside ``Event`` so the layouts cannot drift apart; a plain class, never compiled.
+    """
+
+    __slots__ = Event.__slots__
 
 
 class StreamHead(NamedTuple):

@@ -90,12 +90,14 @@ class Transaction:
         plan = table.plan(stream_id, events, expected_version, self.now)
         if plan.is_noop:
             return plan.version
-        encoded = plan.encoded
+        # Indexes rather than zip(..., strict=True): a zip with a keyword is a generic call
+        # (~2.5k instructions) in compiled code; a plan's two tuples always match.
+        sealed, encoded = plan.events, plan.encoded
         limit = writer.max_record_bytes
-        for event, value in zip(plan.events, encoded, strict=True):
+        for i, value in enumerate(encoded):
             if len(value) > limit:
                 raise RecordTooLargeError(
-                    f"event {event.type!r} of stream {stream_id!r} encodes to {len(value)} "
+                    f"event {sealed[i].type!r} of stream {stream_id!r} encodes to {len(value)} "
                     f"bytes, over the {limit}-byte limit (ARES_MAX_RECORD_BYTES)"
                 )
         saved = self.saved
@@ -103,8 +105,8 @@ class Transaction:
             saved[stream_id] = table.save(stream_id)
         table.apply(plan)
         key = stream_id.encode()
-        places = [self._add(key, value, [("ares.type", event.type.encode())])
-                  for event, value in zip(plan.events, encoded, strict=True)]
+        places = [self._add(key, value, [("ares.type", sealed[i].type.encode())])
+                  for i, value in enumerate(encoded)]
         self._staged.append((plan, places))
         return plan.version
 
@@ -302,7 +304,10 @@ class PartitionWriter:
                 value: Any  # an append's new version, or whatever a work item returns
                 try:
                     if queued.append is not None:
-                        value = tx.stage(*queued.append)
+                        # Unpacked here: a star call would go through the generic
+                        # (interpreted-style) entry point of the compiled method.
+                        stream_id, events, expected = queued.append
+                        value = tx.stage(stream_id, events, expected)
                     else:
                         assert queued.work is not None
                         value = await queued.work(tx)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import parse_schema, to_parsing_canonical_form
@@ -43,14 +43,14 @@ SCHEMA_DIR_ENV = "ARES_SCHEMA_DIR"
 RELEASED_DIR = "released"
 CURRENT = "current"
 
-EVENT = "ares.v1.Event"
-COMMAND = "ares.v1.Command"
-REPLY = "ares.v1.Reply"
-SNAPSHOT = "ares.v1.Snapshot"
-HEARTBEAT = "ares.v1.Heartbeat"
-ALERT = "ares.v1.Alert"
+EVENT: Final = "ares.v1.Event"
+COMMAND: Final = "ares.v1.Command"
+REPLY: Final = "ares.v1.Reply"
+SNAPSHOT: Final = "ares.v1.Snapshot"
+HEARTBEAT: Final = "ares.v1.Heartbeat"
+ALERT: Final = "ares.v1.Alert"
 
-JSON_PAYLOAD = "ares.v1.event.JsonPayload"
+JSON_PAYLOAD: Final = "ares.v1.event.JsonPayload"
 
 # Event type -> payload record. Every other type is written as JSON_PAYLOAD.
 EVENT_PAYLOADS: Mapping[str, str] = {
