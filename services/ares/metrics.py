@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import cast
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -44,6 +44,15 @@ class HotPathHistogram:
         # bisect_left: the first bound >= amount, i.e. Prometheus's "le" bucket.
         self._counts[bisect_left(self._bounds, amount)] += 1
         self._sum += amount
+
+    def observe_each(self, amounts: Iterable[float]) -> None:
+        """``observe`` every amount: one call for a whole transaction's appends, whose
+        caller (the compiled partition writer) pays ~1k instructions per call into here."""
+        bounds, counts, total = self._bounds, self._counts, self._sum
+        for amount in amounts:
+            counts[bisect_left(bounds, amount)] += 1
+            total += amount  # in order, as observe adds them: the same sum to the last bit
+        self._sum = total
 
     def collect(self) -> Iterator[Metric]:
         cumulative: list[tuple[str, float]] = []

@@ -33,6 +33,13 @@ def test_exposes_what_prometheus_clients_histogram_would(amounts: list[float]) -
     text = generate_latest(ours_registry).decode()
     assert "# TYPE t_seconds histogram" in text
     assert f't_seconds_bucket{{le="+Inf"}} {float(len(amounts))}' in text
+    # observe_each (the partition writer's, once per transaction) is observe in a loop.
+    each_registry = CollectorRegistry()
+    half = len(amounts) // 2
+    each = HotPathHistogram("t_seconds", "doc", BUCKETS, registry=each_registry)
+    each.observe_each(amounts[:half])
+    each.observe_each(iter(amounts[half:]))
+    assert _samples(each_registry) == _samples(reference_registry)
 
 
 @pytest.mark.parametrize("buckets", [(), (0.5, 0.1), (0.1, 0.1, 1.0)])
