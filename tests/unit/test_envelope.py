@@ -86,9 +86,7 @@ def test_an_invalid_typed_payload_is_a_codec_error() -> None:
                             prev_hash="")
 
 
-@pytest.mark.parametrize("n", [0, 1, -1, -33, 63, 64, -64, -65, 127, 128, 8191, 8192, -8193,
-                               2**31, -(2**31), 2**63 - 1, -(2**63)])
-def test_long_bytes_match_avro_zigzag(n: int) -> None:
+def _zigzag_varint(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
     expected = bytearray()
     while True:
@@ -98,8 +96,17 @@ def test_long_bytes_match_avro_zigzag(n: int) -> None:
             expected.append(byte | 0x80)
         else:
             expected.append(byte)
-            break
-    assert long_bytes(n) == bytes(expected)
+            return bytes(expected)
+
+
+@pytest.mark.parametrize("n", [0, 1, -1, -33, 63, 64, -64, -65, 127, 128, 4095, 4096, 8191,
+                               8192, -8193, 2**31, -(2**31), 2**63 - 1, -(2**63)])
+def test_long_bytes_match_avro_zigzag(n: int) -> None:
+    assert long_bytes(n) == _zigzag_varint(n)
+
+
+def test_the_precomputed_varints_match_avro_zigzag() -> None:
+    assert all(long_bytes(n) == _zigzag_varint(n) for n in range(-5000, 5000))
 
 
 def test_sealed_events_decode_and_verify() -> None:

@@ -40,13 +40,16 @@ _SHAPE: tuple[tuple[str, Any], ...] = (
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
-# zig-zag varints of 0..63 (lengths of short strings, small versions): the common case.
-_SMALL: Final = [bytes([n << 1]) for n in range(64)]
+# zig-zag varints of 0..4095, made once (~140 KB): string lengths (a hash's 64 characters,
+# most JSON payloads) and versions, without a bytes object made per field of every event.
+_SMALL_LIMIT: Final = 4096
+_SMALL: Final = [bytes([n << 1]) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80, n >> 6))
+                 for n in range(_SMALL_LIMIT)]
 
 
 def long_bytes(n: int) -> bytes:
     """Avro ``long``: zig-zag, then a little-endian base-128 varint."""
-    if 0 <= n < 64:
+    if 0 <= n < _SMALL_LIMIT:
         return _SMALL[n]
     z = (n << 1) ^ (n >> 63)
     if z < 0x80:  # small negative numbers

@@ -728,7 +728,7 @@ class AgentHost:
             if stream is not None:
                 hosted = state.agents.get(stream_id)
                 kind = hosted.lifecycle.kind if hosted is not None else None
-                heads[stream_id] = [stream.head.version, stream.head.hash, stream.first_offset,
+                heads[stream_id] = [stream.version, stream.hash, stream.first_offset,
                                     kind or None]
         checkpoint = Snapshot(CHECKPOINT_KEY, 0, "", state.writer.committed_end,
                               CHECKPOINT_KIND, {"heads": heads})
