@@ -148,3 +148,29 @@ def test_canonical_json_is_json_dumps() -> None:
                                                ensure_ascii=False, allow_nan=False)
     with pytest.raises(ValueError, match="Out of range float"):
         canonical_json({"x": float("nan")})
+
+
+def test_remembered_names_encode_as_before_and_failures_are_not_remembered() -> None:
+    # The envelope writer remembers the encodings of stream ids, types and modules; it
+    # starts over after 16,384, and a name that cannot be encoded fails every time.
+    codec = default_codec()
+    prepared = codec.prepare_payload("user.note", {"n": 1})
+
+    def body(stream_id: str) -> bytes:
+        fields: dict[str, Any] = {
+            "id": "e-1", "stream_id": stream_id, "type": "user.note", "module": "tests",
+            "version": 1, "timestamp": T0, "metadata": {}, "prev_hash": "ab" * 32,
+        }
+        ours = codec.unhashed_body(prepared=prepared, **fields)
+        reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
+                                     prepared=prepared)
+        assert ours + b"\x00" == reference
+        return ours
+
+    first = body("agent-é")
+    for i in range(20_000):
+        body(f"agent-{i}")
+    assert body("agent-é") == first
+    for _ in range(2):
+        with pytest.raises(CodecError):
+            body("agent-\ud800")
