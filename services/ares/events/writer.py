@@ -47,13 +47,11 @@ class AppendPlan(NamedTuple):
 _tuple_new: Final[Any] = tuple.__new__
 # The classes as C statics of this compiled module (a global is a dict lookup per use).
 _STREAM_HEAD: Final = StreamHead
+_APPEND_PLAN: Final = AppendPlan
 
 
 def _head(version: int, digest: str) -> StreamHead:
     return _tuple_new(_STREAM_HEAD, (version, digest))  # type: ignore[no-any-return]
-
-
-_APPEND_PLAN: Final = AppendPlan
 
 
 class StreamState:
@@ -92,7 +90,7 @@ class StreamTable:
 
     def head(self, stream_id: str) -> StreamHead:
         state = self._streams.get(stream_id)
-        return _head(state.version, state.hash) if state is not None else StreamHead()
+        return state.head if state is not None else StreamHead()
 
     def state(self, stream_id: str) -> StreamState | None:
         return self._streams.get(stream_id)
@@ -125,11 +123,10 @@ class StreamTable:
         stamp = now or utc_now()
         sealed: list[Event] = []
         encoded: list[bytes] = []
-        # No StreamHead per sealed event: the head travels as (version, digest).
         codec = self._codec
         if codec is None:
             codec = self._codec = default_codec()
-        for new in events:
+        for new in events:  # no StreamHead per sealed event: the head is (version, digest)
             event, wire = seal_after(stream_id, version, digest, new, version + 1,
                                      new.timestamp or stamp, codec=codec)
             version, digest = event.version, event.hash
