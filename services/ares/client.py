@@ -31,6 +31,7 @@ from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
 from ares.events.canonical import canonical_json
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import new_consumer, topic_partitions
+from ares.events.kafka_retry import connect
 from ares.events.model import ANY_VERSION, NewEvent
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
@@ -62,17 +63,15 @@ class Client:
         await self.close()
 
     async def start(self) -> None:
-        timeout = self.settings.request_timeout_s
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
-            **self.settings.kafka_options(),
-            acks="all", linger_ms=1, request_timeout_ms=int(timeout * 1000),
-            max_request_size=max(self.settings.max_record_bytes * 2, 1_048_576),
-        )
-        self._replies = new_consumer(self.settings, fetch_max_wait_ms=50)
+        """Connect (waiting out a broker that answers "not yet" for ARES_RETRY_TIMEOUT_S) and
+        pin the reply partition's position before any command is sent."""
+        settings = self.settings
         try:
-            await asyncio.wait_for(self._producer.start(), timeout)
-            await asyncio.wait_for(self._replies.start(), timeout)
+            self._producer = await connect(self._new_producer, _stop, what="connecting to Kafka",
+                                           settings=settings)
+            self._replies = await connect(
+                lambda: new_consumer(settings, fetch_max_wait_ms=50), _stop,
+                what="connecting to Kafka", settings=settings)
             topic = self.plan.name(REPLIES)
             partitions = await topic_partitions(self._replies, topic)
             self._reply_partition = random.choice(sorted(partitions))
@@ -87,6 +86,15 @@ class Client:
             await self.close()
             raise
         self._listener = asyncio.create_task(self._listen(), name="client-replies")
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        settings = self.settings
+        return AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True,
+            **settings.kafka_options(),
+            acks="all", linger_ms=1, request_timeout_ms=int(settings.request_timeout_s * 1000),
+            max_request_size=max(settings.max_record_bytes * 2, 1_048_576),
+        )
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -186,3 +194,7 @@ class Client:
                     waiter = self._pending.get(reply.correlation_id)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(reply)
+
+
+async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    await client.stop()

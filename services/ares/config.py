@@ -34,8 +34,12 @@ class Settings:
     request_timeout_s: float = 10.0
     # How long `ares run <service>` waits for an unreachable broker at start (0: not at all).
     startup_timeout_s: float = 300.0
-    # /healthz /readyz /metrics of `ares run <service>`; 0 turns them off.
-    http_port: int = 8080
+    # How long a command waits out a broker that answers "not yet" (starting, electing a
+    # leader, moving a coordinator) before it exits 4 (0: not at all).
+    retry_timeout_s: float = 15.0
+    # /healthz /readyz /metrics of `ares run <service>`; 0 turns them off; None: the
+    # service's own default port (ares.probes.DEFAULT_PORTS), so that they run side by side.
+    http_port: int | None = None
     # Kafka security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-512, ...).
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str | None = None
@@ -62,7 +66,8 @@ class Settings:
             "max_record_bytes": _int_setting(env, "ARES_MAX_RECORD_BYTES", 1_048_576),
             "request_timeout_s": _float_setting(env, "ARES_REQUEST_TIMEOUT_S", 10.0),
             "startup_timeout_s": _float_setting(env, "ARES_STARTUP_TIMEOUT_S", 300.0),
-            "http_port": _int_setting(env, "ARES_HTTP_PORT", 8080),
+            "retry_timeout_s": _float_setting(env, "ARES_RETRY_TIMEOUT_S", 15.0),
+            "http_port": _optional_int_setting(env, "ARES_HTTP_PORT"),
             "kafka_security_protocol": env.get("ARES_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
             "kafka_sasl_mechanism": env.get("ARES_KAFKA_SASL_MECHANISM") or None,
             "kafka_sasl_username": env.get("ARES_KAFKA_SASL_USERNAME") or None,
@@ -109,6 +114,8 @@ class Settings:
             raise ConfigError("ARES_REQUEST_TIMEOUT_S must be positive")
         if self.startup_timeout_s < 0:
             raise ConfigError("ARES_STARTUP_TIMEOUT_S must be 0 (do not wait) or more")
+        if self.retry_timeout_s < 0:
+            raise ConfigError("ARES_RETRY_TIMEOUT_S must be 0 (do not wait) or more")
         self._validate_kafka_security()
         from ares.commands.policy import IssuerPolicy
 
@@ -117,7 +124,7 @@ class Settings:
             check_gc_threshold(self.gc_threshold)
         except ValueError as exc:
             raise ConfigError(f"ARES_GC_THRESHOLD: {exc}") from None
-        if not 0 <= self.http_port <= 65535:
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")
 
@@ -190,6 +197,12 @@ def _int_setting(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be an integer (got {raw!r})") from None
+
+
+def _optional_int_setting(env: Mapping[str, str], name: str) -> int | None:
+    if not env.get(name):
+        return None
+    return _int_setting(env, name, 0)
 
 
 def _float_setting(env: Mapping[str, str], name: str, default: float) -> float:

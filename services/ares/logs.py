@@ -11,6 +11,10 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+# Things a person waiting on a command should hear once ("waiting for the Kafka broker
+# ..."): services log them as any other record; the CLI prints them as plain lines.
+NOTICES = "ares.notices"
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -32,8 +36,20 @@ def configure(level: str = "info", json_lines: bool = True) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    notices = logging.getLogger(NOTICES)
+    notices.handlers[:], notices.propagate = [], True
     # aiokafka narrates every reconnect at INFO/ERROR; keep its warnings only.
     logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
+
+
+def show_notices() -> None:
+    """For the CLI: notices on stderr as plain lines ("▸ waiting for ..."), and nothing
+    else of the logs; ``configure`` (the services) takes them back into the JSON log."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("▸ %(message)s"))
+    notices = logging.getLogger(NOTICES)
+    notices.handlers[:], notices.propagate = [handler], False
+    notices.setLevel(logging.INFO)
 
 
 class _RecentErrors(logging.Handler):

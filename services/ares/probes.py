@@ -1,7 +1,9 @@
 """The HTTP side of every service: ``/healthz``, ``/readyz`` and ``/metrics``.
 
-One small aiohttp server per process, on ``ARES_HTTP_PORT`` (8080 in the Helm chart and
-docker-compose.yml). Kubernetes' probes and Prometheus talk to it:
+One small aiohttp server per process, on ``ARES_HTTP_PORT``, by default each service's own
+port (``DEFAULT_PORTS``) so that all of them run side by side on one machine; the Helm
+chart and docker-compose.yml use the same numbers. Kubernetes' probes and Prometheus talk
+to it:
 
 - ``/healthz`` (liveness): 200 while the event loop runs and ``alive()`` holds. Answering at
   all proves the loop is not blocked; a failing liveness probe restarts the container, so
@@ -26,9 +28,17 @@ from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from ares.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
-DEFAULT_HTTP_PORT = 8080
+# Each service's default probe/metrics port (the replay reader's also serves its API).
+DEFAULT_PORTS = {
+    "replay-reader": 8080,
+    "runtime-manager": 8081,
+    "health-checker": 8082,
+    "compactor": 8083,
+}
 
 
 class ProbeServer:
@@ -62,15 +72,8 @@ class ProbeServer:
         app.router.add_get("/metrics", self._metrics)
         # No access log: the kubelet probes every few seconds and would drown the real logs.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, self._requested_port)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
+        self._port = await serve_app(runner, self._host, self._requested_port)
         self._runner = runner
-        self._port = _bound_port(runner, self._requested_port)
         log.info("serving /healthz /readyz /metrics on %s:%d", self._host, self._port)
 
     def set_draining(self) -> None:
@@ -117,8 +120,22 @@ def _status(ok: bool, status: str) -> web.Response:
                         content_type="application/json")
 
 
-def _bound_port(runner: web.AppRunner, requested: int) -> int:
+async def serve_app(runner: web.AppRunner, host: str, port: int) -> int:
+    """Set up ``runner`` and listen on ``host:port``; the bound port (the real one for 0).
+
+    A port that is taken is a setting to change, not a crash: ``ConfigError`` (exit 2)
+    naming the port and ``ARES_HTTP_PORT``."""
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): another process has "
+            "the port; set ARES_HTTP_PORT to a free port (0: any free port), or start "
+            "this service with --http-port") from None
     for address in runner.addresses:
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
-    return requested
+    return port

@@ -30,6 +30,7 @@ from ares.cli.replay import replay
 from ares.cli.run import run
 from ares.cli.schemas import schemas
 from ares.cli.topics import topics
+from ares.logs import show_notices
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -49,6 +50,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
               help="PostgreSQL DSN for the read models (projections).")
 @click.option("--topic-prefix", envvar="ARES_TOPIC_PREFIX", show_envvar=True,
               help="Prefix of every topic name, one per environment sharing a cluster.")
+@click.option("--debug", is_flag=True, envvar="ARES_DEBUG", show_envvar=True,
+              expose_value=False, is_eager=True,
+              help="Print the full trace of an unexpected error (otherwise saved to a file).")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
               help="Show the version, and whether the append path runs compiled; exit.")
@@ -94,4 +98,6 @@ def main() -> None:
     # broker restarting) is not for the user unless asked for (ARES_LOG_LEVEL=debug).
     if os.environ.get("ARES_LOG_LEVEL", "").lower() != "debug":
         logging.getLogger("aiokafka").propagate = False  # still recorded for our errors
-    sys.exit(run_cli(cli))
+    show_notices()  # "▸ waiting for the Kafka broker ..." once, not per attempt
+    debug = "--debug" in sys.argv[1:] or os.environ.get("ARES_DEBUG", "") not in ("", "0")
+    sys.exit(run_cli(cli, debug=debug))

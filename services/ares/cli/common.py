@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -40,8 +47,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def run_cli(group: click.Group) -> int:
-    """Run the group; map ares errors to one clear message and their exit code."""
+def run_cli(group: click.Group, *, debug: bool = False) -> int:
+    """Run the group; map ares errors to one clear message and their exit code.
+
+    An unexpected error (a bug, or a failure no adapter translated) is one line too, naming
+    the file that holds its full trace; with ``debug`` (``--debug``, ``ARES_DEBUG=1``) the
+    trace is printed instead."""
     try:
         # Without standalone mode, click returns ctx.exit(n)'s code instead of exiting.
         result = group.main(standalone_mode=False)
@@ -59,4 +70,20 @@ def run_cli(group: click.Group) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if debug:
+            raise
+        click.echo(f"error: unexpected {type(exc).__name__}: {exc} (full trace in "
+                   f"{_save_trace(exc)}; --debug prints it)", err=True)
+        return 1
     return result if isinstance(result, int) else 0
+
+
+def _save_trace(exc: BaseException) -> Path:
+    """Write ``exc``'s trace (with the command line) to a file of its own; its path."""
+    folder = Path(tempfile.gettempdir()) / "ares-traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"ares-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    path.write_text(f"$ {shlex.join(sys.argv)}\n\n" + "".join(
+        traceback.format_exception(exc)), encoding="utf-8")
+    return path

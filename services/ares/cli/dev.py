@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
+from rich.status import Status
 from rich.table import Table
 
 from ares.devenv import DevEnvironment, ServiceStatus
@@ -26,8 +27,8 @@ def dev() -> None:
 def up() -> None:
     """Start the broker and the database (idempotent) and wait until they answer."""
     env = DevEnvironment.default()
-    with console.status("starting Apache Kafka and PostgreSQL ..."):
-        statuses = env.up()
+    with console.status("starting Apache Kafka and PostgreSQL ...") as spinner:
+        statuses = env.up(progress=lambda stage: _waiting(spinner, stage))
     _print_status(statuses)
     kafka, pg = statuses
     console.print(f"\nexport ARES_KAFKA_BOOTSTRAP={kafka.address}", highlight=False)
@@ -48,6 +49,13 @@ def status() -> None:
     _print_status(statuses)
     if not all(s.running for s in statuses):
         raise SystemExit(1)
+
+
+def _waiting(spinner: Status, stage: str) -> None:
+    """One line per stage: in the spinner on a terminal, printed where there is none."""
+    spinner.update(stage)
+    if not console.is_terminal:
+        console.print(f"▸ {stage}", highlight=False)
 
 
 def _print_status(statuses: list[ServiceStatus]) -> None:

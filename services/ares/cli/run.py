@@ -17,6 +17,7 @@ from ares.events.broker_wait import wait_for_broker
 from ares.gc_policy import apply_gc_policy
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker
+from ares.probes import DEFAULT_PORTS
 from ares.replay_reader.service import ReplayReaderService
 from ares.replay_reader.wiring import ENV_SCHEMA
 from ares.runtime_manager.host import HostConfig
@@ -117,7 +118,7 @@ def compactor(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
 
 @run.command("replay-reader")
 @click.option("--http-port", type=click.IntRange(0, 65535), envvar="ARES_HTTP_PORT",
-              show_envvar=True, default=8080, show_default=True,
+              show_envvar=True, default=DEFAULT_PORTS["replay-reader"], show_default=True,
               help="Port of the HTTP API, /openapi.json, /healthz, /readyz and /metrics "
                    "(0: any free port).")
 @click.option("--schema", envvar=ENV_SCHEMA, show_envvar=True, metavar="NAME",
@@ -151,5 +152,6 @@ def _serve(ctx: click.Context, service: Service, settings: Settings, *,
     young, _, _ = apply_gc_policy(settings.gc_threshold)
     log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD)", young)
     wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
-    ctx.exit(run_async(serve(service, http_port=(settings.http_port or None) if probes else None,
+    port = DEFAULT_PORTS[service.name] if settings.http_port is None else settings.http_port
+    ctx.exit(run_async(serve(service, http_port=(port or None) if probes else None,
                              wait_for=wait)))

@@ -10,7 +10,7 @@ Public surface (see docs/compaction.md)::
     summarise / merge           the pure summariser
 """
 
-from ares.compactor.compactor import Compactor, runtime_group
+from ares.compactor.compactor import Compactor
 from ares.compactor.config import CompactionConfig
 from ares.compactor.reader import (
     SummarisedReader,
@@ -22,6 +22,7 @@ from ares.compactor.service import CompactorService
 from ares.compactor.summariser import EventFact, merge, summarise, summarise_events
 from ares.compactor.summary import SYNTHETIC_TYPE, Summary, SummaryFacts
 from ares.compactor.trim import Hold, TrimPlan, plan_trim
+from ares.events.groups import runtime_group
 
 __all__ = [
     "SYNTHETIC_TYPE",

@@ -46,6 +46,7 @@ from ares.compactor.summary import Summary
 from ares.compactor.trim import Hold, TrimPlan, plan_trim, stream_limit, summarised_through
 from ares.config import Settings
 from ares.errors import AresError
+from ares.events.groups import describe_group, runtime_group
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.snapshots import Snapshot, load_snapshots
@@ -59,11 +60,6 @@ log = logging.getLogger(__name__)
 SETTLED = frozenset({"Stable", "Empty", "Dead"})
 UNKNOWN = "Unknown"
 SNAPSHOT_CONCURRENCY = 16
-
-
-def runtime_group(settings: Settings) -> str:
-    """The runtime managers' consumer group (ares.runtime_manager.owner)."""
-    return f"{settings.topic_prefix}ares-runtime"
 
 
 @dataclass(slots=True)
@@ -383,18 +379,12 @@ class Compactor:
         assert self._admin is not None
         group = runtime_group(self.settings)
         try:
-            responses = await self._admin.describe_consumer_groups([group])
-        except KafkaError as exc:
-            log.warning("compactor: describing the consumer group %s failed: %s", group,
-                        translate(exc, "describe"))
+            view = await describe_group(self._admin, group, settings=self.settings,
+                                        timeout_s=self.settings.request_timeout_s)
+        except (AresError, KafkaError) as exc:
+            log.warning("compactor: describing the consumer group %s failed: %s", group, exc)
             return UNKNOWN
-        for response in responses:
-            for described in response.groups:
-                error_code, group_id, state = described[0], described[1], described[2]
-                if group_id == group and not error_code:
-                    return str(state)
-        log.warning("compactor: the broker did not describe the consumer group %s", group)
-        return UNKNOWN
+        return view.state
 
 
 @dataclass(slots=True)

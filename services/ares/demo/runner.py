@@ -29,7 +29,9 @@ from ares.config import Settings
 from ares.demo.fleet import AgentProgress, FleetState
 from ares.demo.processes import ServiceProcess
 from ares.demo.report import DemoReport, build_report
-from ares.errors import UnavailableError
+from ares.errors import AresError, UnavailableError
+from ares.events.groups import runtime_group, until_group_settled
+from ares.events.kafka_retry import connect
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event, EventFilter, utc_now
 from ares.events.subscription import Subscription
@@ -127,7 +129,7 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
     try:
         async with Client(settings, plan, issuer="ares-demo") as client:
             phase("waiting for the runtime managers")
-            await _until_members(settings, 2)
+            await _until_members(run, 2)
             await _until_served(client)
             phase(f"starting {len(pipelines)} pipeline and {len(chats)} chat agents")
             await asyncio.gather(*(client.start_agent(a, "example.pipeline") for a in pipelines),
@@ -219,24 +221,25 @@ async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _until_members(settings: Settings, count: int, timeout_s: float = 120) -> None:
+async def _until_members(run: DemoRun, count: int, timeout_s: float = 120) -> None:
     """Both runtime managers in the group and the group stable: agents start on the
     partitions they will keep (no rebalance moves them mid-demo)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
-                                **settings.kafka_options())
-    await admin.start()
+    settings = run.settings
+
+    def managers_alive() -> None:
+        exited = [s for s in run.services if not s.alive]
+        if exited:
+            raise AresError("exited while starting: " + ", ".join(
+                f"{s.name} (log: {s.log})" for s in exited))
+
+    admin = await connect(
+        lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                    **settings.kafka_options()),
+        lambda admin: admin.close(), what="waiting for the runtime managers",
+        settings=settings, timeout_s=timeout_s)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            [response] = await admin.describe_consumer_groups(
-                [f"{settings.topic_prefix}ares-runtime"])
-            groups = response.to_object()["groups"]
-            if groups and groups[0]["state"] == "Stable" and len(groups[0]["members"]) >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {count} runtime managers did not join within "
-                                   f"{timeout_s:.0f}s (see their logs)")
-            await asyncio.sleep(0.5)
+        await until_group_settled(admin, runtime_group(settings), count, settings=settings,
+                                  timeout_s=timeout_s, check=managers_alive)
     finally:
         await admin.close()
 

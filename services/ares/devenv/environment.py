@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ares.devenv import kafka, postgres
 from ares.devenv.paths import dev_home
+from ares.devenv.readiness import Progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +49,14 @@ class DevEnvironment:
             ),
         )
 
-    def up(self) -> list[ServiceStatus]:
-        """Start what is not running, wait for readiness, return the status (idempotent)."""
+    def up(self, progress: Progress | None = None) -> list[ServiceStatus]:
+        """Start what is not running, wait for readiness, return the status (idempotent).
+
+        ``progress`` hears what is being waited for, one line a stage."""
         self.root.mkdir(parents=True, exist_ok=True)
-        kafka.start(self.kafka, kafka.kafka_version())
+        kafka.start(self.kafka, kafka.kafka_version(), progress=progress)
+        if progress is not None:
+            progress("waiting for PostgreSQL")
         postgres.start(self.postgres)
         return self.status()
 

@@ -18,16 +18,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from ares.config import Settings
-from ares.devenv import kafka, process
+from ares.devenv import kafka, process, readiness
 from ares.errors import InfrastructureError
-from ares.logs import quiet_aiokafka
 
 MECHANISM = "SCRAM-SHA-512"
 
@@ -203,23 +201,16 @@ class SecureBroker:
                                       f"{(result.stdout + result.stderr)[-3000:]}")
 
     def _wait_ready(self, pid: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last = "no answer yet"
-        while time.monotonic() < deadline:
-            if not process.pid_alive(pid):
-                raise InfrastructureError(
-                    f"the secured broker exited during start-up:\n"
-                    f"{process.tail(self.layout.log_file)}"
-                    f"{process.tail(self.layout.root / 'broker.out', 20)}")
-            try:
-                with quiet_aiokafka():
-                    asyncio.run(_probe(self.settings(self.admin)))
-                return
-            except Exception as exc:  # not ready yet: retried until the deadline
-                last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.5)
-        raise InfrastructureError(f"the secured broker was not ready after {timeout_s:.0f}s "
-                                  f"({last}); see {self.layout.log_file}")
+        try:
+            asyncio.run(readiness.wait_until_serving(
+                self.layout.bootstrap, timeout_s=timeout_s,
+                options=self.settings(self.admin).kafka_options(),
+                alive=lambda: process.pid_alive(pid)))
+        except InfrastructureError as exc:
+            raise InfrastructureError(
+                f"the secured broker: {exc}; see {self.layout.log_file}:\n"
+                f"{process.tail(self.layout.log_file)}"
+                f"{process.tail(self.layout.root / 'broker.out', 20)}") from None
 
     def admin_properties(self) -> Path:
         """The super user's client properties for Kafka's Java tools."""
@@ -250,16 +241,3 @@ class SecureBroker:
 
     def stop(self) -> None:
         kafka.stop(self.layout, grace_s=20)
-
-
-async def _probe(settings: Settings, timeout_s: float = 5.0) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **settings.kafka_options())
-    try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        await asyncio.wait_for(admin.describe_cluster(), timeout_s)
-    finally:
-        await admin.close()

@@ -1,4 +1,5 @@
-"""Translation of aiokafka errors into the ares error tree, at the adapter's edge."""
+"""Kafka failures at the adapter's edge: which are worth retrying (the one place that
+decides), and their translation into the ares error tree."""
 
 from __future__ import annotations
 
@@ -18,23 +19,89 @@ class AuthenticationError(AresError):
     exit_code = 4
 
 
+# Temporary by their nature, though aiokafka leaves ``retriable`` False on them (the
+# coordinator, leader and controller errors it already marks).
+_ALSO_RETRIABLE: tuple[type[BaseException], ...] = (
+    kafka.BrokerNotAvailableError,
+    kafka.KafkaTimeoutError,
+    kafka.ConcurrentTransactions,
+    ConnectionError,
+    TimeoutError,
+)
+
+# What a user reads for the errors a starting broker answers with.
+_PLAIN_WORDS: tuple[tuple[type[BaseException], str], ...] = (
+    (kafka.CoordinatorNotAvailableError, "no coordinator yet (the broker is still starting)"),
+    (kafka.CoordinatorLoadInProgressError, "the coordinator is still loading"),
+    (kafka.NotCoordinatorError, "the coordinator is moving"),
+    (kafka.LeaderNotAvailableError, "a partition has no leader yet"),
+    (kafka.NotLeaderForPartitionError, "a partition's leader is moving"),
+    (kafka.UnknownTopicOrPartitionError, "a topic is not known to the broker yet"),
+    (kafka.KafkaConnectionError, "no connection"),
+    (kafka.NoBrokersAvailable, "no connection"),
+    (kafka.NodeNotReadyError, "no connection"),
+    (ConnectionError, "no connection"),
+    (kafka.KafkaTimeoutError, "no answer in time"),
+    (kafka.RequestTimedOutError, "no answer in time"),
+    (TimeoutError, "no answer in time"),
+)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether trying the same operation again may succeed without changing anything.
+
+    A connection that failed because the broker refused our credentials is not: that is a
+    setting to fix (aiokafka reports it as a plain connection error, its log says why)."""
+    if isinstance(exc, AresError):
+        return exc.retriable
+    if isinstance(exc, kafka.KafkaConnectionError | kafka.NoBrokersAvailable):
+        return _refused_credentials() is None
+    if isinstance(exc, kafka.KafkaError) and exc.retriable:
+        return True
+    return isinstance(exc, _ALSO_RETRIABLE)
+
+
+def reason(exc: BaseException) -> str:
+    """A short, plain reason for a retriable failure (the exception's class otherwise)."""
+    for kind, words in _PLAIN_WORDS:
+        if isinstance(exc, kind):
+            return words
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def translate(exc: BaseException, what: str) -> AresError:
     """The ares error for a Kafka failure while doing ``what`` (raise it ``from exc``)."""
     if isinstance(exc, kafka.ProducerFenced | kafka.InvalidProducerEpoch):
         return FencedError(f"{what}: this writer was fenced by a newer owner of the partition")
     if isinstance(exc, kafka.KafkaConnectionError | kafka.NoBrokersAvailable):
-        refused = [m for m in recent_kafka_errors() if _AUTH_FAILURE.search(m)]
-        if refused:
+        refused = _refused_credentials()
+        if refused is not None:
             return AuthenticationError(
-                f"{what}: Kafka refused our credentials ({refused[-1]}); check "
+                f"{what}: Kafka refused our credentials ({refused}); check "
                 "ARES_KAFKA_SASL_USERNAME / ARES_KAFKA_SASL_PASSWORD and the mechanism "
                 "(ARES_KAFKA_SASL_MECHANISM)")
         return UnavailableError(
-            f"{what}: the Kafka broker is unreachable ({exc}); start one with `ares dev up` "
-            "or point ARES_KAFKA_BOOTSTRAP at yours"
+            f"{what}: the Kafka broker {_addresses(exc)}is unreachable ({reason(exc)}); "
+            "start one with `ares dev up` or point ARES_KAFKA_BOOTSTRAP at yours"
         )
     if isinstance(exc, kafka.KafkaTimeoutError | TimeoutError):
-        return UnavailableError(f"{what}: Kafka did not answer in time ({exc})")
-    if isinstance(exc, kafka.KafkaError) and getattr(exc, "retriable", False):
+        return UnavailableError(f"{what}: Kafka did not answer in time ({reason(exc)})")
+    if is_retriable(exc):
         return TransientError(f"{what}: {type(exc).__name__}: {exc}")
     return AresError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _refused_credentials() -> str | None:
+    """aiokafka's last logged refusal of our login, if any in the last minute."""
+    refused = [m for m in recent_kafka_errors() if _AUTH_FAILURE.search(m)]
+    return refused[-1] if refused else None
+
+
+_ADDRESS = re.compile(r"\('([^']+)', (\d+)")
+
+
+def _addresses(exc: BaseException) -> str:
+    """ "at host:port " from aiokafka's "Unable to bootstrap from [('host', port, ...)]"."""
+    found = [f"{host}:{port}" for host, port in _ADDRESS.findall(str(exc))]
+    return f"at {', '.join(found)} " if found else ""

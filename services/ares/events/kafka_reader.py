@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError, UnavailableError
 from ares.events.codec import decode_event
-from ares.events.kafka_errors import translate
+from ares.events.kafka_retry import connect
 from ares.events.model import Event
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,10 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
     return set(found)
 
 
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    await consumer.stop()
+
+
 class PartitionScanner:
     """Scans ranges of partitions up to their last stable offset (LSO).
 
@@ -75,12 +79,9 @@ class PartitionScanner:
     async def open(cls, settings: Settings) -> PartitionScanner:
         # Scans never long-poll: a fetch parked at the broker for new data would hold up
         # the next scan's first fetch (one fetch in flight per broker).
-        consumer = new_consumer(settings, fetch_max_wait_ms=5)
-        try:
-            await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise translate(exc, "connecting the event reader") from exc
+        consumer = await connect(lambda: new_consumer(settings, fetch_max_wait_ms=5),
+                                 stop_consumer, what="connecting the event reader",
+                                 settings=settings)
         return cls(consumer, settings)
 
     @property

@@ -31,6 +31,7 @@ from ares.client import Client
 from ares.commands.model import Command, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError
+from ares.events.groups import describe_group, runtime_group
 from ares.health_checker.alerts import alert_record
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.detector import HealthState
@@ -64,7 +65,7 @@ class HealthChecker:
         self.metrics = HealthMetrics(registry)
         self.state = HealthState(self.config, self.metrics)
         self.feed = Feed(settings, plan, self.state, self.config.rebuild_lookback_s)
-        self.runtime_group = f"{settings.topic_prefix}ares-runtime"
+        self.runtime_group = runtime_group(settings)
         self.webhook: WebhookForwarder | None = None
         if self.config.webhook_url is not None:
             self.webhook = WebhookForwarder(
@@ -174,15 +175,14 @@ class HealthChecker:
         self._group_checked = now
         assert self._admin is not None
         try:
-            [response] = await self._admin.describe_consumer_groups([self.runtime_group])
-            [group] = response.to_object()["groups"]
-        except (KafkaError, ValueError, KeyError) as exc:
+            view = await describe_group(self._admin, self.runtime_group, settings=self.settings,
+                                        timeout_s=self.settings.request_timeout_s)
+        except (AresError, KafkaError) as exc:
             log.warning("cannot describe group %s (%s): judging workers on heartbeats alone",
                         self.runtime_group, exc)
             return
-        members = frozenset(str(m["client_id"]) for m in group["members"])
-        self.state.observe_group(GroupState(group["state"] in STABLE_GROUP_STATES, members,
-                                            time.time()))
+        self.state.observe_group(GroupState(view.state in STABLE_GROUP_STATES,
+                                            view.client_ids, time.time()))
 
     # -- actions -------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ from ares.config import Settings
 from ares.errors import SchemaError
 from ares.events.codec import decode_event
 from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import new_consumer, topic_partitions
+from ares.events.kafka_reader import new_consumer, stop_consumer, topic_partitions
+from ares.events.kafka_retry import connect
 from ares.events.model import Event
 from ares.events.routing import partition_for
 from ares.replay_reader.source import IndexEntry, IndexUnavailableError, StreamIndex
@@ -52,15 +53,18 @@ class RangeScanner:
     (``KafkaStreamReader.lease``), since a range re-assigns and seeks the consumer."""
 
     def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._consumer: AIOKafkaConsumer = self._new_consumer()
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
         # No long polls: a fetch parked at the broker would delay the next range's first one.
-        self._consumer: AIOKafkaConsumer = new_consumer(settings, fetch_max_wait_ms=5)
+        return new_consumer(self._settings, fetch_max_wait_ms=5)
 
     async def start(self) -> None:
-        try:
-            await self._consumer.start()
-        except KafkaError as exc:
-            await self._consumer.stop()
-            raise translate(exc, "connecting the replay reader") from exc
+        """Connect, waiting out a broker that answers "not yet" (ARES_RETRY_TIMEOUT_S)."""
+        self._consumer = await connect(self._new_consumer, stop_consumer,
+                                       what="connecting the replay reader",
+                                       settings=self._settings)
 
     async def close(self) -> None:
         await self._consumer.stop()

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ares.agents.registry import build_registry
 from ares.config import Settings
+from ares.probes import serve_app
 from ares.replay_reader.http_api import ReplayApi
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.live import LiveFeed
@@ -81,15 +82,8 @@ class ReplayReaderService:
                              summaries=self._summaries)
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False,
                                shutdown_timeout=5.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.http_port)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
+        self.port = await serve_app(runner, self.host, self.http_port)
         self._runner = runner
-        self.port = _bound_port(runner, self.http_port)
         log.info("replay reader: API, /openapi.json and probes on %s:%d; projections in "
                  "schema %r%s", self.host, self.port, self._store.schema,
                  "" if self.project else " (not projecting)")
@@ -129,10 +123,3 @@ class ReplayReaderService:
             if store is not None:
                 await store.close()
         self._stopped.set()
-
-
-def _bound_port(runner: web.AppRunner, requested: int) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    return requested

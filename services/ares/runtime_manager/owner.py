@@ -36,6 +36,7 @@ from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
 from ares.events.dlq import DeadLetter
+from ares.events.groups import describe_group, runtime_group
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.kafka_store import open_writer
@@ -49,11 +50,6 @@ HEARTBEAT_INTERVAL_MS = 1000
 # A partition whose takeover failed (a hanging transaction, the broker away) is tried again
 # this often while it stays assigned: an operator's fix brings it back without a restart.
 TAKEOVER_RETRY_S = 10.0
-
-
-def runtime_group(settings: Settings) -> str:
-    """The consumer group of the runtime managers (partition owners) of an environment."""
-    return f"{settings.topic_prefix}ares-runtime"
 
 
 class PartitionHost(Protocol):
@@ -347,13 +343,13 @@ class PartitionOwner:
         if self._admin is None:
             return frozenset()
         try:
-            [response] = await self._admin.describe_consumer_groups([self.group_id])
-            groups = response.to_object()["groups"]
-        except (KafkaError, ValueError, KeyError) as exc:
+            view = await describe_group(self._admin, self.group_id, settings=self.settings,
+                                        timeout_s=self.settings.request_timeout_s)
+        except (AresError, KafkaError) as exc:
             log.warning("could not list the group's members (%s): previous owners count as "
                         "lost", exc)
             return frozenset()
-        return frozenset(m["client_id"] for g in groups for m in g["members"])
+        return view.client_ids
 
     # -- the command loop ----------------------------------------------------------------
 

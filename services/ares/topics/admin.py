@@ -1,7 +1,8 @@
 """The Kafka side of topic management: aiokafka's admin client behind ares errors.
 
 The only module of ares.topics that does I/O. Driver errors are translated here (``from e``):
-an unreachable broker is ``UnavailableError`` (exit 4), a config the broker rejects is
+a broker that answers "not yet" is retried for ARES_RETRY_TIMEOUT_S, then
+``UnavailableError`` (exit 4), a config the broker rejects is
 ``ConfigError`` (exit 2), anything else an ``AresError`` naming the topic and the broker's
 reason.
 """
@@ -9,23 +10,17 @@ reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    NodeNotReadyError,
-    RequestTimedOutError,
-    for_code,
-)
+from aiokafka.errors import KafkaError, for_code
 
 from ares.config import Settings
-from ares.errors import AresError, ConfigError, TransientError, UnavailableError
+from ares.errors import AresError, ConfigError, TransientError
+from ares.events.kafka_retry import retry
 from ares.logs import quiet_aiokafka
 from ares.topics.diff import TopicState
 from ares.topics.spec import TopicSpec
@@ -51,7 +46,7 @@ class TopicAdmin:
 
     async def __aenter__(self) -> TopicAdmin:
         with quiet_aiokafka():
-            await self._call("connect", self._client.start())
+            await self._call("connect", self._client.start)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -59,7 +54,7 @@ class TopicAdmin:
         await self._client.close()
 
     async def broker_count(self) -> int:
-        cluster = await self._call("describe the cluster", self._client.describe_cluster())
+        cluster = await self._call("describe the cluster", self._client.describe_cluster)
         return len(cluster["brokers"])
 
     async def describe(self, names: Sequence[str]) -> dict[str, TopicState | None]:
@@ -67,7 +62,7 @@ class TopicAdmin:
         # Metadata for *all* topics: aiokafka asks for named topics with
         # allow_auto_topic_creation=true, and on a cluster with auto.create.topics.enable a
         # mere `ares topics list` would create them with the broker's defaults.
-        metadata = await self._call("describe topics", self._client.describe_topics(None))
+        metadata = await self._call("describe topics", lambda: self._client.describe_topics(None))
         wanted = set(names)
         layout = {t["topic"]: t["partitions"] for t in metadata
                   if t["topic"] in wanted and t["error_code"] == 0}
@@ -86,7 +81,7 @@ class TopicAdmin:
                            topic_configs=dict(s.configs)) for s in specs]
         if not topics:
             return
-        response = await self._call("create topics", self._client.create_topics(topics))
+        response = await self._call("create topics", lambda: self._client.create_topics(topics))
         _raise_errors("create", [(e["topic"], e["error_code"], e["error_message"])
                                  for e in response.to_object()["topic_errors"]])
 
@@ -96,7 +91,7 @@ class TopicAdmin:
             return
         resources = [ConfigResource(ConfigResourceType.TOPIC, name, dict(values))
                      for name, values in configs.items()]
-        responses = await self._call("alter configs", self._client.alter_configs(resources))
+        responses = await self._call("alter configs", lambda: self._client.alter_configs(resources))
         _raise_errors("alter configs of", [
             (r["resource_name"], r["error_code"], r["error_message"])
             for response in responses for r in response.to_object()["resources"]])
@@ -107,7 +102,7 @@ class TopicAdmin:
             return
         request = {name: NewPartitions(total) for name, total in totals.items()}
         # aiokafka raises the first per-topic error itself; _call translates it.
-        await self._call("add partitions", self._client.create_partitions(request))
+        await self._call("add partitions", lambda: self._client.create_partitions(request))
 
     async def delete(self, names: Sequence[str]) -> list[str]:
         """Delete topics (tests and teardown); returns the deleted ones, missing ones ignored.
@@ -117,7 +112,8 @@ class TopicAdmin:
         """
         if not names:
             return []
-        response = await self._call("delete topics", self._client.delete_topics(list(names)))
+        response = await self._call("delete topics",
+                                    lambda: self._client.delete_topics(list(names)))
         results = [(topic, code, None) for topic, code in response.topic_error_codes]
         _raise_errors("delete", [r for r in results if r[1] != _UNKNOWN_TOPIC])
         return [topic for topic, code, _ in results if code == 0]
@@ -127,7 +123,7 @@ class TopicAdmin:
             return {}
         resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
         responses = await self._call("describe configs",
-                                     self._client.describe_configs(resources))
+                                     lambda: self._client.describe_configs(resources))
         result: dict[str, dict[str, str]] = {}
         for response in responses:
             for res in response.to_object()["resources"]:
@@ -140,18 +136,19 @@ class TopicAdmin:
                     and e["config_value"] is not None}
         return result
 
-    async def _call(self, what: str, operation: Awaitable[T]) -> T:
+    async def _call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
+        """``operation()``, retried while the broker answers "not yet" (a broker still
+        starting, a controller moving) for ARES_RETRY_TIMEOUT_S."""
         bootstrap = self._settings.kafka_bootstrap
+
+        async def attempt() -> T:
+            return await asyncio.wait_for(operation(), self._timeout_s)
+
         try:
-            return await asyncio.wait_for(operation, self._timeout_s)
-        except (KafkaConnectionError, NodeNotReadyError, KafkaTimeoutError,
-                RequestTimedOutError, TimeoutError) as exc:
-            raise UnavailableError(
-                f"Kafka at {bootstrap} did not answer ({what}: {exc or 'timed out'}); "
-                "run `ares dev up` for a local broker or set ARES_KAFKA_BOOTSTRAP") from exc
+            return await retry(attempt, what=what, bootstrap=bootstrap,
+                               timeout_s=self._settings.retry_timeout_s)
         except KafkaError as exc:
-            error = TransientError if exc.retriable else AresError
-            raise error(f"{what} failed on {bootstrap}: {exc}") from exc
+            raise AresError(f"{what} failed on {bootstrap}: {exc}") from exc
 
 
 def _raise_errors(operation: str, results: Sequence[tuple[str, int, Any]]) -> None:
