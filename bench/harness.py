@@ -31,6 +31,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from ares import native
 from ares.config import Settings
 from ares.events.chain import seal_encoded
+from ares.events.kafka_retry import connect
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.routing import partition_for
 from ares.gc_policy import apply_gc_policy
@@ -255,9 +256,9 @@ async def bench_topics(settings: Settings, names: Sequence[str],
                        partitions: int) -> AsyncIterator[list[str]]:
     """Create ``names`` like ``ares.events`` (configs from topics.yaml); delete them after."""
     _, configs = events_topic_configs(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
-                                client_id="ares-bench")
-    await admin.start()
+    admin = await connect(lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                                      client_id="ares-bench"),
+                          what="creating the benchmark's topics", settings=settings)
     try:
         await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)
                                    for name in names])

@@ -57,13 +57,15 @@ from ares.config import Settings
 from ares.demo.processes import ServiceProcess
 from ares.events.chain import seal_encoded
 from ares.events.codec import Codec, decode_event
+from ares.events.groups import runtime_group, until_group_settled
 from ares.events.kafka_reader import PartitionScanner, new_consumer
+from ares.events.kafka_retry import connect
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.snapshots import load_snapshots
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.recovery import RecoveryRecord
 from ares.runtime_manager.replay import CHECKPOINT_KEY, replay_start
-from ares.topics import COMMANDS, EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
+from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
 from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/recovery.py: make ``bench`` importable
@@ -362,22 +364,14 @@ async def kill_round(settings: Settings, *, agents: int, workers: int, partition
 async def wait_group(settings: Settings, plan: TopicPlan, members: int,
                      timeout_s: float = 60.0) -> float:
     """Poll until the runtime group is stable with ``members`` members; that epoch time."""
-    group = f"{settings.topic_prefix}ares-runtime"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    admin = await connect(lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap),
+                          what="waiting for the runtime managers", settings=settings)
     try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            [response] = await admin.describe_consumer_groups([group])
-            [state] = response.to_object()["groups"]
-            assigned = all(m["member_assignment"] for m in state["members"])
-            if state["state"] == "Stable" and len(state["members"]) == members and assigned:
-                return time.time()
-            await asyncio.sleep(0.05)
+        await until_group_settled(admin, runtime_group(settings), members, settings=settings,
+                                  timeout_s=timeout_s, exactly=True)
     finally:
         await admin.close()
-    raise TimeoutError(f"the runtime group did not settle on {members} member(s) "
-                       f"in {timeout_s}s ({plan.name(COMMANDS)})")
+    return time.time()
 
 
 async def read_streams(settings: Settings, plan: TopicPlan) -> dict[str, list[Event]]:

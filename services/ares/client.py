@@ -67,10 +67,10 @@ class Client:
         pin the reply partition's position before any command is sent."""
         settings = self.settings
         try:
-            self._producer = await connect(self._new_producer, _stop, what="connecting to Kafka",
+            self._producer = await connect(self._new_producer, what="connecting to Kafka",
                                            settings=settings)
             self._replies = await connect(
-                lambda: new_consumer(settings, fetch_max_wait_ms=50), _stop,
+                lambda: new_consumer(settings, fetch_max_wait_ms=50),
                 what="connecting to Kafka", settings=settings)
             topic = self.plan.name(REPLIES)
             partitions = await topic_partitions(self._replies, topic)
@@ -194,7 +194,3 @@ class Client:
                     waiter = self._pending.get(reply.correlation_id)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(reply)
-
-
-async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    await client.stop()

@@ -43,12 +43,18 @@ def configure(level: str = "info", json_lines: bool = True) -> None:
 
 
 def show_notices() -> None:
-    """For the CLI: notices on stderr as plain lines ("▸ waiting for ..."), and nothing
-    else of the logs; ``configure`` (the services) takes them back into the JSON log."""
+    """For the CLI on a terminal: notices on stderr as plain lines ("▸ waiting for ..."),
+    and nothing else of the logs. Off a terminal they stay silent, so that a script sees
+    one line, the error, when the wait ends badly. ``configure`` (the services) takes them
+    back into the JSON log."""
+    notices = logging.getLogger(NOTICES)
+    notices.propagate = False
+    if not sys.stderr.isatty():
+        notices.handlers[:] = [logging.NullHandler()]  # not even logging's last resort
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("▸ %(message)s"))
-    notices = logging.getLogger(NOTICES)
-    notices.handlers[:], notices.propagate = [handler], False
+    notices.handlers[:] = [handler]
     notices.setLevel(logging.INFO)
 
 

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 
 from ares.chaos.cluster import ChaosCluster, Service, ServiceSpec
 from ares.chaos.faults import Fault, FaultKind, Targets, by_kind, schedule
@@ -38,7 +37,9 @@ from ares.chaos.invariants import Findings, check
 from ares.chaos.load import Load, LoadShape
 from ares.config import Settings
 from ares.devenv.process import tail
-from ares.errors import AresError
+from ares.errors import AresError, UnavailableError
+from ares.events.groups import runtime_group, until_group_settled
+from ares.events.kafka_retry import connect
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event
 from ares.examples import evidence
@@ -354,29 +355,31 @@ async def _heal_all(cluster: ChaosCluster) -> None:
 
 async def _until_group(settings: Settings, members: int, cluster: ChaosCluster,
                        timeout_s: float = 180.0) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
-                                **settings.kafka_options())
-    await admin.start()
+    def none_exited() -> None:
+        dead = [n for n, s in cluster.services.items() if not s.alive]
+        if dead:
+            raise _group_failure(cluster, members, f"exited: {', '.join(dead)}", dead)
+
+    admin = await connect(
+        lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                    **settings.kafka_options()),
+        what="waiting for the runtime managers", settings=settings,
+        timeout_s=timeout_s)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(KafkaError):
-                [response] = await admin.describe_consumer_groups(
-                    [f"{settings.topic_prefix}ares-runtime"])
-                groups = response.to_object()["groups"]
-                if (groups and groups[0]["state"] == "Stable"
-                        and len(groups[0]["members"]) >= members):
-                    return
-            dead = [n for n, s in cluster.services.items() if not s.alive]
-            if dead or time.monotonic() > deadline:
-                tails = cluster.log_tails()
-                raise AresError(
-                    f"the runtime managers did not form a group of {members} "
-                    f"({'exited: ' + ', '.join(dead) if dead else 'timed out'}):\n"
-                    + "\n".join(f"--- {n} ---\n{tails[n]}" for n in (dead or list(tails))))
-            await asyncio.sleep(0.5)
+        await until_group_settled(admin, runtime_group(settings), members, settings=settings,
+                                  timeout_s=timeout_s, check=none_exited)
+    except UnavailableError as exc:
+        raise _group_failure(cluster, members, str(exc), list(cluster.services)) from exc
     finally:
         await admin.close()
+
+
+def _group_failure(cluster: ChaosCluster, members: int, why: str,
+                   names: list[str]) -> AresError:
+    tails = cluster.log_tails()
+    return AresError(f"the runtime managers did not form a group of {members} ({why}):\n"
+                     + "\n".join(f"--- {n} ---\n{tails[n]}" for n in names if n in tails))
+
 
 
 # -- after the faults --------------------------------------------------------------------

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import TypeVar
 
 import click
@@ -30,6 +30,7 @@ from ares.errors import UnavailableError
 from ares.events import render
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
+from ares.events.kafka_retry import connect
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Direction, Event, EventFilter
 from ares.logs import quiet_aiokafka
@@ -38,7 +39,6 @@ from ares.topics import DLQ, EVENTS, TopicPlan, load_topics
 T = TypeVar("T")
 
 # PartitionScanner.partitions waits up to 5 s for a topic created a moment ago.
-_TOPIC_WAIT_S = 5.0
 _FETCH_TIMEOUT_MS = 500
 
 _JSON_HELP = "one JSON object per line (JSON Lines)"
@@ -241,8 +241,9 @@ def _resolve_topic(plan: TopicPlan, name: str) -> tuple[str, bool]:
 async def _dump(settings: Settings, topic: str, known: bool, partition: int | None,
                 from_offset: int | None, limit: int | None, as_json: bool,
                 dead_letters: bool) -> None:
-    consumer = new_consumer(settings, fetch_max_wait_ms=5)
-    await _bounded(consumer.start(), settings, "connecting the dump reader", consumer)
+    with quiet_aiokafka():
+        consumer = await connect(lambda: new_consumer(settings, fetch_max_wait_ms=5),
+                                 what="connecting the dump reader", settings=settings)
     try:
         count = await _partition_count(consumer, topic, known)
         if partition is not None and partition >= count:
@@ -323,29 +324,8 @@ async def _scan(consumer: AIOKafkaConsumer, settings: Settings, tp: TopicPartiti
 
 async def _open_reader(settings: Settings, topic: str) -> KafkaEventStore:
     """A store that owns no partition: it scans the stream's partition, filtering by key."""
-    return await _bounded(KafkaEventStore.open(settings, owned=[], topic=topic), settings,
-                          "connecting the event reader", extra_s=_TOPIC_WAIT_S + 1)
-
-
-async def _bounded(operation: Awaitable[T], settings: Settings, what: str,
-                   consumer: AIOKafkaConsumer | None = None, extra_s: float = 1.0) -> T:
-    """``operation`` within the request timeout; an unreachable broker is exit 4, fast.
-
-    aiokafka logs each refused connection at ERROR: our one message says it instead.
-    """
-    try:
-        with quiet_aiokafka():
-            return await asyncio.wait_for(operation, settings.request_timeout_s + extra_s)
-    except (KafkaError, TimeoutError) as exc:
-        if consumer is not None:
-            await consumer.stop()
-        error = translate(exc, what)
-        if not isinstance(error, UnavailableError):
-            raise error from exc
-        raise UnavailableError(
-            f"{what}: Kafka at {settings.kafka_bootstrap} did not answer "
-            f"({type(exc).__name__}: {exc or 'timed out'}); run `ares dev up` for a local "
-            "broker or set ARES_KAFKA_BOOTSTRAP") from exc
+    with quiet_aiokafka():
+        return await KafkaEventStore.open(settings, owned=[], topic=topic)
 
 
 def _event_text(event: Event, as_json: bool, *, with_stream: bool = False) -> str:

@@ -235,7 +235,7 @@ async def _until_members(run: DemoRun, count: int, timeout_s: float = 120) -> No
     admin = await connect(
         lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
                                     **settings.kafka_options()),
-        lambda admin: admin.close(), what="waiting for the runtime managers",
+        what="waiting for the runtime managers",
         settings=settings, timeout_s=timeout_s)
     try:
         await until_group_settled(admin, runtime_group(settings), count, settings=settings,

@@ -39,9 +39,10 @@ class GroupView:
     def client_ids(self) -> frozenset[str]:
         return frozenset(m.client_id for m in self.members)
 
-    def settled_with(self, count: int) -> bool:
-        """Stable with at least ``count`` members, every one of them assigned."""
-        return (self.state == "Stable" and len(self.members) >= count
+    def settled_with(self, count: int, *, exactly: bool = False) -> bool:
+        """Stable with at least (``exactly``) ``count`` members, every one assigned."""
+        size = len(self.members)
+        return (self.state == "Stable" and (size == count if exactly else size >= count)
                 and all(m.assigned for m in self.members))
 
 
@@ -73,16 +74,17 @@ async def describe_group(admin: AIOKafkaAdminClient, group_id: str, *, settings:
 
 
 async def until_group_settled(admin: AIOKafkaAdminClient, group_id: str, members: int, *,
-                              settings: Settings, timeout_s: float,
+                              settings: Settings, timeout_s: float, exactly: bool = False,
                               check: Callable[[], None] | None = None) -> GroupView:
-    """Poll until the group is stable with ``members`` assigned members; ``check`` runs
+    """Poll until the group is stable with (``exactly``) ``members`` assigned members, as
+    ``GroupView.settled_with`` says; ``check`` runs
     between polls (to fail early, say when a member's process exited). After
     ``timeout_s``: ``UnavailableError`` naming the group and its last state."""
     deadline = time.monotonic() + timeout_s
     while True:
         left = max(deadline - time.monotonic(), 0.0)
         view = await describe_group(admin, group_id, settings=settings, timeout_s=left)
-        if view.settled_with(members):
+        if view.settled_with(members, exactly=exactly):
             return view
         if check is not None:
             check()

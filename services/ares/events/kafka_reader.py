@@ -58,10 +58,6 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
     return set(found)
 
 
-async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
-    await consumer.stop()
-
-
 class PartitionScanner:
     """Scans ranges of partitions up to their last stable offset (LSO).
 
@@ -80,7 +76,7 @@ class PartitionScanner:
         # Scans never long-poll: a fetch parked at the broker for new data would hold up
         # the next scan's first fetch (one fetch in flight per broker).
         consumer = await connect(lambda: new_consumer(settings, fetch_max_wait_ms=5),
-                                 stop_consumer, what="connecting the event reader",
+                                 what="connecting the event reader",
                                  settings=settings)
         return cls(consumer, settings)
 

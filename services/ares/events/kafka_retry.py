@@ -72,8 +72,8 @@ class _Connectable(Protocol):
 C = TypeVar("C", bound=_Connectable)
 
 
-async def connect(factory: Callable[[], C], close: Callable[[C], Awaitable[None]], *,
-                  what: str, settings: Settings, timeout_s: float | None = None) -> C:
+async def connect(factory: Callable[[], C], *, what: str, settings: Settings,
+                  timeout_s: float | None = None) -> C:
     """A started aiokafka client (producer, consumer, admin) from ``factory``, a fresh one
     per attempt (a client whose start failed is closed, not restarted), retried as
     ``retry`` does for ``timeout_s`` (default ``ARES_RETRY_TIMEOUT_S``); a failure that is
@@ -84,7 +84,7 @@ async def connect(factory: Callable[[], C], close: Callable[[C], Awaitable[None]
         try:  # a start that hangs (a producer id never handed out) is one failed attempt
             await asyncio.wait_for(client.start(), settings.request_timeout_s)
         except BaseException:
-            await close(client)
+            await shut(client)
             raise
         return client
 
@@ -94,3 +94,9 @@ async def connect(factory: Callable[[], C], close: Callable[[C], Awaitable[None]
                            timeout_s=timeout)
     except kafka.KafkaError as exc:
         raise translate(exc, what) from exc
+
+
+async def shut(client: object) -> None:
+    """Stop an aiokafka producer or consumer (``stop``) or admin client (``close``)."""
+    stop = getattr(client, "stop", None) or getattr(client, "close")  # noqa: B009
+    await stop()

@@ -33,7 +33,7 @@ from ares.config import Settings
 from ares.errors import SchemaError
 from ares.events.codec import decode_event
 from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import new_consumer, stop_consumer, topic_partitions
+from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.kafka_retry import connect
 from ares.events.model import Event
 from ares.events.routing import partition_for
@@ -54,20 +54,24 @@ class RangeScanner:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._consumer: AIOKafkaConsumer = self._new_consumer()
+        self._started: AIOKafkaConsumer | None = None
 
-    def _new_consumer(self) -> AIOKafkaConsumer:
-        # No long polls: a fetch parked at the broker would delay the next range's first one.
-        return new_consumer(self._settings, fetch_max_wait_ms=5)
+    @property
+    def _consumer(self) -> AIOKafkaConsumer:
+        if self._started is None:
+            raise RuntimeError("the range scanner is not started")
+        return self._started
 
     async def start(self) -> None:
         """Connect, waiting out a broker that answers "not yet" (ARES_RETRY_TIMEOUT_S)."""
-        self._consumer = await connect(self._new_consumer, stop_consumer,
-                                       what="connecting the replay reader",
-                                       settings=self._settings)
+        # No long polls: a fetch parked at the broker would delay the next range's first one.
+        self._started = await connect(lambda: new_consumer(self._settings, fetch_max_wait_ms=5),
+                                      what="connecting the replay reader",
+                                      settings=self._settings)
 
     async def close(self) -> None:
-        await self._consumer.stop()
+        if self._started is not None:
+            await self._started.stop()
 
     async def partitions(self, topic: str) -> int:
         return len(await topic_partitions(self._consumer, topic))

@@ -46,7 +46,7 @@ class TopicAdmin:
 
     async def __aenter__(self) -> TopicAdmin:
         with quiet_aiokafka():
-            await self._call("connect", self._client.start)
+            await self._call("connecting to Kafka", self._client.start)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,

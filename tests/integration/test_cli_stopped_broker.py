@@ -1,0 +1,103 @@
+"""Every ``ares`` subcommand against a stopped broker: exit 4, one clear line, no traceback.
+
+The "broker" is a port nothing listens on; the waits are shortened (``ARES_RETRY_TIMEOUT_S``,
+``ARES_STARTUP_TIMEOUT_S``) so the sweep takes seconds, not minutes. The list is checked
+against the command tree itself: a new subcommand that talks to Kafka must be added here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import pytest
+
+from ares.chaos.toxiproxy import free_port
+from ares.cli import cli
+from tests.support.processes import ares
+
+# One invocation per subcommand that needs the broker (or the database).
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "agents start": ("a1", "--kind", "example.pipeline"),
+    "agents stop": ("a1",),
+    "agents kill": ("a1",),
+    "agents resume": ("a1",),
+    "agents task": ("a1", "--task-id", "t1", "--input", "{}"),
+    "agents resolve": ("a1", "--call", "c1", "--as", "skip"),
+    "agents snapshot": ("a1",),
+    "agents status": (),
+    "agents genealogy": ("a1",),
+    "alerts tail": (),
+    "events read": ("s1",),
+    "events tail": (),
+    "events dump": ("--topic", "ares.events"),
+    "events append": ("s1", "--type", "note.added", "--payload", "{}"),
+    "topics apply": (),
+    "topics list": (),
+    "replay": ("s1", "--to", "1", "--json"),
+    "audit verify": ("--all",),
+    "projections rebuild": (),
+    "projections migrate": (),
+    "projections status": (),
+    "compaction status": (),
+    "compaction run": ("--once",),
+    "demo": ("--agents", "1"),
+    "bench": ("--only", "append"),
+    "run runtime-manager": (),
+    "run health-checker": (),
+    "run compactor": (),
+    "run replay-reader": (),
+}
+# Those that need neither, and why.
+OFFLINE = {
+    "dev up": "starts the local broker itself (tests/integration/test_devenv.py)",
+    "dev down": "stops the local environment",
+    "dev status": "reads pid files",
+    "schemas list": "reads schemas/",
+    "schemas check": "compares schemas/ with the released ones",
+    "schemas sync": "copies schemas/ into the package",
+    "chaos": "starts a broker of its own",
+}
+# Lines a command may print before its error: the demo's and bench's progress, the JSON
+# log of `ares run` services.
+PROGRESS_PREFIXES = ("▸", "{")
+
+
+def _leaves(group: click.Group, path: tuple[str, ...] = ()) -> set[str]:
+    names: set[str] = set()
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            names |= _leaves(command, (*path, name))
+        else:
+            names.add(" ".join((*path, name)))
+    return names
+
+
+def test_the_sweep_covers_every_subcommand() -> None:
+    assert _leaves(cli) == set(COMMANDS) | set(OFFLINE)
+
+
+@pytest.fixture(scope="module")
+def stopped_env() -> dict[str, str]:
+    port = free_port()  # free: nothing listens there
+    return {**os.environ, "ARES_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}",
+            "ARES_POSTGRES_DSN": f"postgresql://ares:ares@127.0.0.1:{free_port()}/ares",
+            "ARES_RETRY_TIMEOUT_S": "1", "ARES_STARTUP_TIMEOUT_S": "1",
+            "ARES_HTTP_PORT": "0"}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_stopped_broker_is_exit_4_and_one_line(command: str,
+                                                 stopped_env: dict[str, str]) -> None:
+    done = ares(*command.split(), *COMMANDS[command], env=stopped_env, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert lines, "nothing on stderr"
+    assert lines[-1].startswith("error: "), done.stderr
+    assert [line for line in lines[:-1] if not line.startswith(PROGRESS_PREFIXES)] == []
+    needs_postgres = command in {"projections rebuild", "projections migrate"}
+    address = stopped_env["ARES_POSTGRES_DSN" if needs_postgres else "ARES_KAFKA_BOOTSTRAP"]
+    if needs_postgres:
+        address = address.rsplit("@", 1)[1].split("/")[0]
+    assert address.split(":")[-1] in lines[-1], f"the error names no address: {lines[-1]}"
