@@ -41,9 +41,12 @@ if TYPE_CHECKING:
         load_registry,
         token_ledger,
     )
+    from ares.client import Client, CommandRejectedError
     from ares.llm import LlmProvider, LlmResult, OfflineProvider, OpenAICompatibleProvider
 
-# public name -> the module that defines it
+# public name -> the module that defines it (the imports above and __all__ below say the
+# same for type checkers and linters; tests/unit/test_public_surface.py holds the three
+# together)
 _EXPORTS = {
     **dict.fromkeys((
         "Agent", "AgentConfigError", "AgentRegistry", "AgentServices", "Context", "Effect",
@@ -51,6 +54,7 @@ _EXPORTS = {
         "RetryPolicy", "StepFailed", "StepResultError", "Task", "TaskFailed", "TokenLedger",
         "ToolCallFailed", "ToolSkipped", "UnknownAgentKindError", "build_registry",
         "load_registry", "token_ledger"), "ares.agents"),
+    **dict.fromkeys(("Client", "CommandRejectedError"), "ares.client"),
     **dict.fromkeys(("LlmProvider", "LlmResult", "OfflineProvider",
                      "OpenAICompatibleProvider"), "ares.llm"),
 }
@@ -74,6 +78,8 @@ __all__ = [
     "AgentConfigError",
     "AgentRegistry",
     "AgentServices",
+    "Client",
+    "CommandRejectedError",
     "Context",
     "Effect",
     "LlmProvider",
