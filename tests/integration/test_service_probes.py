@@ -4,7 +4,9 @@ until it has recovered its partitions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +19,7 @@ import pytest
 from ares.chaos.proxy import BuiltinProxies
 from ares.chaos.toxiproxy import free_port
 from ares.config import Settings
+from ares.probes import DEFAULT_PORTS
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics
 from tests.support.processes import ares, ares_env, service
@@ -145,3 +148,34 @@ def test_a_signal_while_waiting_for_the_broker_stops_the_service(
         _log_with(tmp_path, WAITING)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+# -- side by side on one machine ------------------------------------------------------------
+
+
+def test_the_four_services_run_side_by_side_on_their_default_ports(
+        probe_settings: Settings, plan: TopicPlan, postgres_dsn: str, tmp_path: Path) -> None:
+    env = ares_env(probe_settings, PARTITIONS, ARES_POSTGRES_DSN=postgres_dsn)
+    env.pop("ARES_HTTP_PORT")  # each service's own default (ares.probes.DEFAULT_PORTS)
+    with contextlib.ExitStack() as stack:
+        procs = {name: stack.enter_context(service(name, env, tmp_path / name))
+                 for name in DEFAULT_PORTS}
+        for name, port in DEFAULT_PORTS.items():
+            _readiness_trace(port)
+            assert _get(port, "/healthz")[0] == 200, name
+        assert [name for name, proc in procs.items() if proc.poll() is not None] == []
+
+
+def test_a_taken_port_is_exit_2_naming_it(probe_settings: Settings, plan: TopicPlan,
+                                          tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = ares_env(probe_settings, PARTITIONS, ARES_HTTP_PORT=str(port))
+        done = ares("run", "health-checker", env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: cannot listen on 0.0.0.0:{port} "), last
+    assert "ARES_HTTP_PORT" in last

@@ -55,7 +55,7 @@ def _waiting(spinner: Status, stage: str) -> None:
     """One line per stage: in the spinner on a terminal, printed where there is none."""
     spinner.update(stage)
     if not console.is_terminal:
-        console.print(f"▸ {stage}", highlight=False)
+        console.print(f"▸ {stage}", highlight=False, soft_wrap=True)
 
 
 def _print_status(statuses: list[ServiceStatus]) -> None:
