@@ -43,12 +43,14 @@ COPY --from=builder /opt/ares /opt/ares
 # mount the root filesystem read-only.
 ENV PATH=/opt/ares/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    ARES_HTTP_PORT=8080
+    PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /home/ares
-# /healthz, /readyz and /metrics of the services (ARES_HTTP_PORT).
-EXPOSE 8080
+# /healthz, /readyz and /metrics of the services, each on its own port unless ARES_HTTP_PORT
+# says otherwise (ares.probes.DEFAULT_PORTS): replay-reader 8080 (also its HTTP API),
+# runtime-manager 8081, health-checker 8082, compactor 8083. No ARES_HTTP_PORT here: it
+# would put every service on one port.
+EXPOSE 8080 8081 8082 8083
 # No HEALTHCHECK: the same image runs one-shot commands (topics apply) and services, and
 # the orchestrators define the probes per service (docker-compose.yml, the Helm chart).
 ENTRYPOINT ["ares"]

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
 
+from ares.probes import DEFAULT_PORTS
 from tests.deploy.tools import COMPOSE_GO, REPO, go_module_dir, merged_values, sum_shutdown_phases
 
 ARES_SERVICES = {"runtime-manager", "health-checker", "compactor", "replay-reader"}
@@ -101,7 +109,6 @@ def test_the_four_services_run_with_readiness_checks_and_restarts(
         assert service["image"] == "ares-mesh:dev", name
         assert service["restart"] == "unless-stopped", name
         assert "/readyz" in " ".join(service["healthcheck"]["test"]), name
-        assert service["environment"]["ARES_HTTP_PORT"] == "8080"
     assert "ARES_POSTGRES_DSN" in run["replay-reader"]["environment"]
     assert run["replay-reader"]["depends_on"]["postgres"]["condition"] == "service_healthy"
 
@@ -115,3 +122,87 @@ def test_runtime_managers_have_distinct_stable_ids_and_the_charts_grace_period(
     assert len(ids) == 2, "static membership needs one id per member"
     grace = f"{sum_shutdown_phases(merged_values())}s"
     assert {manager["stop_grace_period"] for manager in managers} == {grace}
+
+
+def ares_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: service for name, service in compose["services"].items()
+            if service.get("command", [None])[0] == "run"}
+
+
+def test_each_service_listens_on_its_own_port_and_publishes_it(
+        compose: dict[str, Any]) -> None:
+    """ARES_HTTP_PORT and the container side of the port mapping are the service's entry of
+    ares.probes.DEFAULT_PORTS (what it uses without ARES_HTTP_PORT, and the Helm chart's)."""
+    host_ports = []
+    for name, service in ares_services(compose).items():
+        port = DEFAULT_PORTS[service["command"][1]]
+        assert service["environment"]["ARES_HTTP_PORT"] == str(port), name
+        (mapping,) = service["ports"]
+        host, _, container = mapping.partition(":")
+        assert int(container) == port, name
+        host_ports.append(int(host))
+    assert len(set(host_ports)) == len(host_ports), "one host port per container"
+    # The header comment's promise.
+    assert sorted(host_ports) == list(range(8081, 8086))
+    # The one-shot topics job serves nothing.
+    assert "ARES_HTTP_PORT" not in compose["services"]["topics"]["environment"]
+
+
+class ReadyzServer(ThreadingHTTPServer):
+    """Answers /readyz with ``status``, like a service's probe server."""
+
+    status = 200
+
+
+class _Readyz(BaseHTTPRequestHandler):
+    server: ReadyzServer
+
+    def do_GET(self) -> None:
+        self.send_response(self.server.status if self.path == "/readyz" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def readyz() -> Iterator[ReadyzServer]:
+    server = ReadyzServer(("127.0.0.1", 0), _Readyz)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_the_health_check_asks_readyz_on_the_containers_own_port(
+        compose: dict[str, Any], readyz: ReadyzServer) -> None:
+    """The one x-ready anchor serves every service: its command reads ARES_HTTP_PORT."""
+    commands = {json.dumps(service["healthcheck"]["test"])
+                for service in ares_services(compose).values()}
+    assert len(commands) == 1
+    kind, program, flag, code = json.loads(commands.pop())
+    assert (kind, program, flag) == ("CMD", "python", "-c")
+
+    def check(port: int) -> int:
+        env = {**os.environ, "ARES_HTTP_PORT": str(port)}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              timeout=30, check=False).returncode
+
+    port = readyz.server_address[1]
+    assert check(port) == 0
+    readyz.status = 503
+    assert check(port) != 0, "not ready: unhealthy"
+    readyz.status = 200
+    assert check(free_port()) != 0, "nothing on that port: unhealthy"

@@ -18,6 +18,7 @@ import kubernetes_validate.utils as kubernetes_validate_utils
 import pytest
 import yaml
 
+from ares.probes import DEFAULT_PORTS
 from tests.deploy.tools import (
     CHART,
     PRODUCTION_VALUES,
@@ -47,11 +48,13 @@ VALUE_SETS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
     "production": ((PRODUCTION_VALUES,), ()),
 }
 SERVICE_COMPONENTS = ("runtime-manager", "health-checker", "compactor", "replay-reader")
+# component -> its key in values.yaml (templates/_helpers.tpl, "ares-mesh.components").
+VALUES_KEYS = {"runtime-manager": "runtimeManager", "health-checker": "healthChecker",
+               "compactor": "compactor", "replay-reader": "replayReader"}
 
 # ARES_* names the chart sets that no code reads yet; docs/operations.md says so too.
 # When config.py starts reading one, it drops off this list (the test below tells).
 PLANNED_SETTINGS = {
-    "ARES_HTTP_PORT",
     "ARES_KAFKA_SECURITY_PROTOCOL", "ARES_KAFKA_SASL_MECHANISM", "ARES_KAFKA_SASL_USERNAME",
     "ARES_KAFKA_SASL_PASSWORD", "ARES_KAFKA_SSL_CA_FILE", "ARES_KAFKA_SSL_CERT_FILE",
     "ARES_KAFKA_SSL_KEY_FILE",
@@ -197,6 +200,9 @@ def test_required_values_have_no_default(helm: str) -> None:
     ("runtimeManager.replica=2", "replica"),                  # a typo is not ignored
     ("runtimeManager.sessionTimeoutMs=500", "/runtimeManager/sessionTimeoutMs"),
     ("settings.logLevel=verbose", "/settings/logLevel"),
+    ("settings.httpPort=8080", "httpPort"),                   # per service: <key>.httpPort
+    ("compactor.httpPort=0", "/compactor/httpPort"),          # a containerPort is 1-65535
+    ("replayReader.httpPort=http", "/replayReader/httpPort"),
     ("settings.extraEnv.LOG_LEVEL=debug", "'LOG_LEVEL' does not match pattern"),
     ("postgres.dsn=mysql://a@b/c", "/postgres"),
     ("topics.prefix=a/b", "/topics/prefix"),
@@ -262,7 +268,8 @@ def test_every_service_runs_with_probes_and_resources(render: Render, values: st
         container = containers(workload)[0]
         component = name.removeprefix("ares-mesh-")
         assert container["args"][:2] == ["run", component]
-        assert container["ports"] == [{"name": "http", "containerPort": 8080,
+        assert container["ports"] == [{"name": "http",
+                                       "containerPort": DEFAULT_PORTS[component],
                                        "protocol": "TCP"}]
         assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
@@ -276,6 +283,62 @@ def test_every_service_runs_with_probes_and_resources(render: Render, values: st
         selector = pdbs[name]["spec"]["selector"]["matchLabels"]
         assert selector.items() <= pod["metadata"]["labels"].items()
         assert selector == workload["spec"]["selector"]["matchLabels"]
+
+
+def http_ports(text: str) -> dict[str, tuple[int, str, int]]:
+    """component -> (containerPort "http", ARES_HTTP_PORT, its Service's port "http")."""
+    workloads = {**objects(text, "StatefulSet"), **objects(text, "Deployment")}
+    services = objects(text, "Service")
+    result = {}
+    for name, workload in workloads.items():
+        container = containers(workload)[0]
+        (port,) = [p for p in container["ports"] if p["name"] == "http"]
+        (service_port,) = services[name]["spec"]["ports"]
+        assert service_port["name"] == service_port["targetPort"] == "http"
+        result[name.removeprefix("ares-mesh-")] = (port["containerPort"],
+                                                   env_of(container)["ARES_HTTP_PORT"],
+                                                   service_port["port"])
+    return result
+
+
+def test_the_values_give_each_service_its_default_port() -> None:
+    values = merged_values()
+    assert "httpPort" not in values["settings"]
+    assert {component: values[key]["httpPort"] for component, key in VALUES_KEYS.items()} \
+        == DEFAULT_PORTS
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_each_service_listens_and_is_served_on_its_own_port(render: Render,
+                                                            values: str) -> None:
+    """The process (ARES_HTTP_PORT), the container, the probes (port "http") and the Service
+    agree, per service, on its entry of ares.probes.DEFAULT_PORTS."""
+    text = render(values)
+    assert http_ports(text) == {component: (port, str(port), port)
+                                for component, port in DEFAULT_PORTS.items()}
+    # Not a shared setting: the ConfigMap (and so the topics Job) carries none.
+    assert "ARES_HTTP_PORT" not in objects(text, "ConfigMap")["ares-mesh-config"]["data"]
+    assert "ARES_HTTP_PORT" not in env_of(containers(objects(text, "Job")[
+        "ares-mesh-topics-apply"])[0])
+
+
+def test_one_services_port_changes_only_that_service(render: Render) -> None:
+    ports = http_ports(render("default", "compactor.httpPort=9100"))
+    assert ports.pop("compactor") == (9100, "9100", 9100)
+    assert ports == {component: (port, str(port), port)
+                     for component, port in DEFAULT_PORTS.items() if component != "compactor"}
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("settings.extraEnv.ARES_HTTP_PORT=9000", "settings.extraEnv.ARES_HTTP_PORT"),
+    ("healthChecker.extraEnv[0].name=ARES_HTTP_PORT",
+     "healthChecker.extraEnv: ARES_HTTP_PORT comes from healthChecker.httpPort"),
+])
+def test_extra_env_cannot_move_a_port_behind_the_charts_back(helm: str, bad: str,
+                                                             message: str) -> None:
+    result = run(template_args(helm, (), (*REQUIRED_SETS, bad)), check=False)
+    assert result.returncode != 0, f"{bad} was accepted"
+    assert message in result.stderr
 
 
 def test_only_the_replay_reader_gets_the_database(render: Render) -> None:
@@ -359,4 +422,8 @@ def test_notes_tell_the_operator_what_to_do_next(helm: str, tmp_path: Path) -> N
     assert "48 partitions per agent topic" in notes
     assert "WARNING: 50 runtime managers for 48 partitions: 2 of them will own" in notes
     assert "rollout status statefulset/ares-mesh-runtime-manager" in notes
+    port = DEFAULT_PORTS["runtime-manager"]
+    assert f"runtime-manager  50 replica(s), port {port}" in notes
+    assert f"port-forward pod/ares-mesh-runtime-manager-0 {port}\n" in notes
+    assert f"curl -s localhost:{port}/readyz" in notes
     assert "docs/operations.md" in notes

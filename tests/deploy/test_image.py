@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ares.probes import DEFAULT_PORTS
 from tests.deploy.tools import REPO, run, venv_tool
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -91,7 +92,16 @@ def test_runs_as_a_numeric_non_root_user_with_ares_as_entrypoint() -> None:
     assert gid.isdigit()
     assert int(gid) > 0
     assert ("ENTRYPOINT", '["ares"]') in final
-    assert ("EXPOSE", "8080") in final
+
+
+def test_exposes_every_services_own_port_and_pins_none() -> None:
+    final = stages(DOCKERFILE)[-1]
+    exposed = {port for name, arguments in final if name == "EXPOSE"
+               for port in arguments.split()}
+    assert exposed == {str(port) for port in DEFAULT_PORTS.values()}
+    # An ARES_HTTP_PORT in the image would put every service on that one port.
+    envs = " ".join(arguments for name, arguments in final if name == "ENV")
+    assert "ARES_HTTP_PORT" not in envs
 
 
 def test_dockerignore_lets_in_exactly_what_the_wheel_needs() -> None:

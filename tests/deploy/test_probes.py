@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from ares.errors import ConfigError
 from ares.probes import ProbeServer
 
 
@@ -114,7 +115,8 @@ async def test_a_taken_port_fails_start(registry: CollectorRegistry) -> None:
         taken.listen()
         server = ProbeServer(taken.getsockname()[1], lambda: True, registry,
                              host="127.0.0.1")
-        with pytest.raises(OSError, match="in use"):
+        # A setting to change, not a crash: ConfigError (exit 2) naming the variable.
+        with pytest.raises(ConfigError, match=r"in use.*ARES_HTTP_PORT"):
             await server.start()
         with pytest.raises(RuntimeError):
             _ = server.port

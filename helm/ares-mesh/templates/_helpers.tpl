@@ -127,6 +127,7 @@ topics.partitions, else the chosen environment's, else the file's top level.
 
 {{/*
 The ARES_* settings every process shares (the ConfigMap's data; the hook Job's env).
+ARES_HTTP_PORT is not one of them: each service has its own (<component>.httpPort).
 */}}
 {{- define "ares-mesh.configData" -}}
 ARES_KAFKA_BOOTSTRAP: {{ .Values.kafka.bootstrapServers | quote }}
@@ -153,7 +154,6 @@ ARES_TOPIC_PARTITIONS: {{ . | quote }}
 ARES_TOPIC_REPLICATION_FACTOR: {{ . | quote }}
 {{- end }}
 ARES_LOG_LEVEL: {{ .Values.settings.logLevel | quote }}
-ARES_HTTP_PORT: {{ .Values.settings.httpPort | quote }}
 ARES_MAX_RECORD_BYTES: {{ .Values.settings.maxRecordBytes | int64 | quote }}
 ARES_REQUEST_TIMEOUT_S: {{ .Values.settings.requestTimeoutSeconds | quote }}
 ARES_STARTUP_TIMEOUT_S: {{ .Values.settings.startupTimeoutSeconds | quote }}
@@ -226,6 +226,16 @@ The pod template of a long-running service. Call with
 {{- define "ares-mesh.servicePod" -}}
 {{- $root := .root -}}
 {{- $values := index $root.Values .key -}}
+{{- /* One port per service, from its own value: an ARES_HTTP_PORT of extraEnv would leave
+       the containerPort, the probes and the Service on another port than the process. */}}
+{{- if hasKey $root.Values.settings.extraEnv "ARES_HTTP_PORT" -}}
+{{- fail "settings.extraEnv.ARES_HTTP_PORT: each service has its own port, set <component>.httpPort (e.g. runtimeManager.httpPort)" -}}
+{{- end -}}
+{{- range $values.extraEnv -}}
+{{- if eq (toString .name) "ARES_HTTP_PORT" -}}
+{{- fail (printf "%s.extraEnv: ARES_HTTP_PORT comes from %s.httpPort, set that instead" $.key $.key) -}}
+{{- end -}}
+{{- end -}}
 metadata:
   labels:
     {{- include "ares-mesh.componentLabels" (dict "root" $root "component" .component) | nindent 4 }}
@@ -257,12 +267,13 @@ spec:
         {{- end }}
       ports:
         - name: http
-          containerPort: {{ $root.Values.settings.httpPort }}
+          containerPort: {{ $values.httpPort }}
           protocol: TCP
       envFrom:
         - configMapRef:
             name: {{ include "ares-mesh.fullname" $root }}-config
-      {{- $env := list (.env | default "" | trim)
+      {{- $env := list (printf "- name: ARES_HTTP_PORT\n  value: %q" (toString $values.httpPort))
+            (.env | default "" | trim)
             (include "ares-mesh.kafkaSecretEnv" (dict "root" $root "secret" (include "ares-mesh.kafkaSecretName" $root)) | trim)
             (ternary (toYaml $values.extraEnv) "" (not (empty $values.extraEnv)))
           | compact | join "\n" }}
