@@ -28,9 +28,9 @@ from typing import Any
 
 from ares.config import Settings
 from ares.examples.chat import ChatAgent
+from ares.lifecycle.state import AgentLifecycle, Status
 from ares.runtime_manager.heartbeats import AgentBeat, HeartbeatEmitter, heartbeat_records
 from ares.runtime_manager.hosted import HostedAgent
-from ares.runtime_manager.lifecycle import AgentLifecycle, Status
 
 if __package__ in (None, ""):  # python bench/heartbeats.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -62,9 +62,9 @@ from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.kafka_retry import connect
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.snapshots import load_snapshots
+from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord
 from ares.runtime_manager.host import AgentHost
-from ares.runtime_manager.recovery import RecoveryRecord
-from ares.runtime_manager.replay import CHECKPOINT_KEY, replay_start
+from ares.runtime_manager.replay import replay_start
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
 from ares.topics import load_topics as load_plan
 

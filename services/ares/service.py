@@ -18,6 +18,9 @@ from ares.probes import ProbeServer
 
 log = logging.getLogger(__name__)
 FORCED_EXIT_CODE = 130
+# The services that run beside the runtime managers (`ares run <name>`); the demo and chaos
+# start each of them.
+SUPPORTING_SERVICES = ("health-checker", "compactor", "replay-reader")
 
 
 class Service(Protocol):

@@ -24,8 +24,8 @@ from ares.events import kafka_store
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.events.routing import partition_for
-from ares.runtime_manager import PartitionOwner
 from ares.runtime_manager import owner as owner_module
+from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import EVENTS
 from tests.support.kafka import applied_topics, undecided_record
 

@@ -15,7 +15,7 @@ import pytest
 from ares.errors import ConflictError, FencedError
 from ares.events.chain import verify_chain
 from ares.events.model import Direction, EventFilter, NewEvent, StreamHead
-from ares.events.store import EventStore
+from ares.events.ports import EventStore
 
 OpenStore = Callable[[], Awaitable[EventStore]]
 

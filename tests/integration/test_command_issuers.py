@@ -12,7 +12,7 @@ from ares.client import Client, CommandRejectedError
 from ares.config import Settings
 from ares.events.dlq import DeadLetter
 from ares.events.model import NewEvent
-from ares.runtime_manager import PartitionOwner
+from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.runtime import read_stream

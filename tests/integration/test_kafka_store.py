@@ -9,7 +9,7 @@ from aiokafka.admin import NewTopic
 
 from ares.config import Settings
 from ares.events.kafka_store import KafkaEventStore
-from ares.events.store import EventStore
+from ares.events.ports import EventStore
 from tests.contract.event_store import EventStoreContract, OpenStore
 from tests.support.kafka import admin_client
 

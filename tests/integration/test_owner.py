@@ -24,7 +24,7 @@ from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.events.routing import partition_for
 from ares.events.schemas import COMMAND, registry
-from ares.runtime_manager import PartitionOwner
+from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 

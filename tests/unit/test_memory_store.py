@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ares.events.memory import MemoryEventStore, MemoryLog
-from ares.events.store import EventStore
+from ares.events.ports import EventStore
 from tests.contract.event_store import EventStoreContract, OpenStore
 
 

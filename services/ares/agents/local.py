@@ -21,7 +21,7 @@ from ares.agents.registry import AgentFactory
 from ares.events.canonical import canonical_json
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent
-from ares.events.store import EventStore
+from ares.events.ports import EventStore
 
 MODULE = "local-runtime"
 

@@ -160,11 +160,15 @@ def entry_point_registry(group: str = ENTRY_POINT_GROUP) -> AgentRegistry:
     return registry
 
 
+# The example agents shipped with the package, named rather than imported: the SDK does not
+# depend on its examples (they depend on it).
+BUILTIN_MODULE, BUILTIN_ATTRIBUTE = "ares.examples", "REGISTRY"
+
+
 def builtin_registry() -> AgentRegistry:
     """The example agents shipped with the package (``example.pipeline``, ``example.chat``)."""
-    from ares.examples import REGISTRY
-
-    return REGISTRY
+    examples = importlib.import_module(BUILTIN_MODULE)
+    return as_registry(getattr(examples, BUILTIN_ATTRIBUTE), "the built-in examples")
 
 
 def build_registry(specs: Sequence[str] = (), *, builtins: bool = True,

@@ -43,10 +43,10 @@ from ares.events.kafka_retry import connect
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event
 from ares.examples import evidence
+from ares.service import SUPPORTING_SERVICES
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, load_topics
 
 log = logging.getLogger(__name__)
-OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
 RESTART_DELAY_S = 2.0  # the supervisor's pause before restarting a service that died
 MAX_EXITS_LISTED = 100  # unexpected exits the report quotes
 STUCK_SETTLE_S = 30.0  # settling after the load could not stop
@@ -106,10 +106,8 @@ class ChaosReport:
 
 
 def available_services() -> list[str]:
-    """The optional services this installation can run (``ares run <name>``)."""
-    from ares.cli.run import run
-
-    return [name for name in OPTIONAL_SERVICES if name in run.commands]
+    """The services chaos starts beside the runtime managers (``ares run <name>``)."""
+    return list(SUPPORTING_SERVICES)
 
 
 def _specs(options: ChaosOptions, optional: list[str]) -> list[ServiceSpec]:

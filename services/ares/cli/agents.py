@@ -4,7 +4,7 @@ Write commands (start, stop, kill, resume, task, resolve, snapshot) go through `
 to the owner of the agent's partition, which validates them and appends the events; they
 print one line on stdout once the owner has answered. Read commands (status, genealogy)
 scan ``ares.events`` read-only (read_committed, no consumer group, no partition ownership)
-and fold the views of ``ares.views.agents`` and ``ares.runtime_manager.genealogy``.
+and fold the views of ``ares.views.agents`` and ``ares.lifecycle.genealogy``.
 
 Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent/call, 2 usage (a bad
 flag, e.g. JSON that does not parse), 3 version conflict that persisted (resolve), 4 broker
@@ -37,9 +37,9 @@ from ares.errors import ConflictError, UnavailableError
 from ares.events.kafka_errors import translate
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event
+from ares.lifecycle.genealogy import Incarnation, genealogy, genealogy_json
+from ares.lifecycle.state import AGENT_STARTED
 from ares.logs import quiet_aiokafka
-from ares.runtime_manager.genealogy import Incarnation, genealogy, genealogy_json
-from ares.runtime_manager.lifecycle import AGENT_STARTED
 from ares.topics import EVENTS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
 

@@ -50,7 +50,7 @@ from ares.events.groups import describe_group, runtime_group
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.snapshots import Snapshot, load_snapshots
-from ares.runtime_manager.replay import CHECKPOINT_KEY
+from ares.lifecycle.recovery import CHECKPOINT_KEY
 from ares.topics import EVENTS, SNAPSHOTS, SUMMARIES, TopicPlan
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Direction, Event, StreamHead
+from ares.events.ports import SummaryAnchor
 from ares.events.routing import partition_for
-from ares.replay_reader.source import SummaryAnchor
 from ares.topics import EVENTS, SUMMARIES, TopicPlan, load_topics
 
 TRUNCATED = "truncated"

@@ -16,7 +16,7 @@ from ares.agents.ledger import token_ledger
 from ares.errors import IntegrityError
 from ares.events.chain import verify_chain
 from ares.events.model import Event
-from ares.runtime_manager.recovery import RecoveryRecord
+from ares.lifecycle.recovery import RecoveryRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """The demo scenario: real services as processes, a fleet, faults, and the report.
 
 1. topics under a fresh prefix (``demo-<time>.``), so every run starts clean;
-2. two runtime managers (and the health checker, compactor and replay reader when this
-   installation has them) as real ``ares run`` processes;
+2. two runtime managers, the health checker, the compactor and the replay reader as real
+   ``ares run`` processes;
 3. a fleet of ``example.pipeline`` agents (multi-step tasks ending in one e-mail each) and
    ``example.chat`` agents (a three-turn conversation);
 4. mid-task, SIGKILL of the runtime manager that hosts the most busy agents; later one
@@ -36,9 +36,9 @@ from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event, EventFilter, utc_now
 from ares.events.subscription import Subscription
 from ares.examples import evidence
+from ares.service import SUPPORTING_SERVICES
 from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
 
-OPTIONAL_SERVICES = ("health-checker", "compactor", "replay-reader")
 HANG_TIMEOUT_S = 3  # the hung agent's declared step timeout
 CHAT_MESSAGES = ("Hello! Who are you?", "What did I just ask you?",
                  "Summarise our conversation.")
@@ -97,7 +97,7 @@ async def run_demo(base: Settings, options: DemoOptions, progress: Progress) -> 
              "--session-timeout-ms", str(options.session_timeout_ms)],
             env, workdir / "logs" / f"runtime-manager-{index}.log"))
     run.services += [ServiceProcess(name, [name], env, workdir / "logs" / f"{name}.log")
-                     for name in _available(OPTIONAL_SERVICES)]
+                     for name in SUPPORTING_SERVICES]
     phase(f"starting {len(run.services)} services")
     for service in run.services:
         service.start()
@@ -286,12 +286,6 @@ def _service_env(settings: Settings, options: DemoOptions, ledger: Path) -> dict
         "ARES_LOG_LEVEL": "info",
     })
     return env
-
-
-def _available(names: tuple[str, ...]) -> list[str]:
-    from ares.cli.run import run
-
-    return [name for name in names if name in run.commands]
 
 
 def _clock() -> str:

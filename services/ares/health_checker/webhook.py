@@ -34,7 +34,7 @@ from ares.errors import SchemaError
 from ares.events.kafka_reader import new_consumer
 from ares.health_checker.alerts import alert_json, decode_alert, seek_to_time
 from ares.health_checker.metrics import HealthMetrics
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 RETRIED_STATUS = frozenset({408, 425, 429})

@@ -6,6 +6,7 @@ The public surface is re-exported here; adapters and services live in their modu
 
 from __future__ import annotations
 
+from ares.events.ports import EventSource, SummaryAnchor, SummarySource
 from ares.replay_reader.audit import AuditReport, Finding, KnownHead, StreamAudit, StreamReport
 from ares.replay_reader.fold import FoldedState, StateFolder
 from ares.replay_reader.session import (
@@ -14,14 +15,7 @@ from ares.replay_reader.session import (
     ReplayStep,
     ReplaySummary,
 )
-from ares.replay_reader.source import (
-    EventSource,
-    MemorySource,
-    NoSummaries,
-    SummaryAnchor,
-    SummarySource,
-    anchor_for,
-)
+from ares.replay_reader.source import MemorySource, NoSummaries, anchor_for
 
 __all__ = [
     "AuditReport",

@@ -27,7 +27,8 @@ from typing import Any
 from ares.events.chain import ChainError, verify_chain
 from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
-from ares.replay_reader.source import SummaryAnchor, anchor_for
+from ares.events.ports import SummaryAnchor
+from ares.replay_reader.source import anchor_for
 
 GAP = "gap"
 DUPLICATE = "duplicate"

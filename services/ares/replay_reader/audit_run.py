@@ -24,13 +24,14 @@ from ares.config import Settings
 from ares.errors import SchemaError
 from ares.events.codec import decode_event
 from ares.events.model import Event
+from ares.events.ports import IndexUnavailableError, SummarySource
 from ares.events.routing import partition_for
 from ares.events.snapshots import Snapshot
+from ares.lifecycle.recovery import CHECKPOINT_KEY
 from ares.replay_reader.audit import AuditReport, KnownHead, StreamAudit
 from ares.replay_reader.kafka_source import RangeScanner
 from ares.replay_reader.pg_store import ProjectionStore
-from ares.replay_reader.source import IndexUnavailableError, NoSummaries, SummarySource
-from ares.runtime_manager.replay import CHECKPOINT_KEY
+from ares.replay_reader.source import NoSummaries
 
 log = logging.getLogger(__name__)
 

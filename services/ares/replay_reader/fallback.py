@@ -10,9 +10,9 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 
 from ares.events.model import Event
+from ares.lifecycle.genealogy import Incarnation, genealogy
 from ares.replay_reader.kafka_source import KafkaStreamReader, decode_or_skip
 from ares.replay_reader.projection import AgentRow, Located, project
-from ares.runtime_manager.genealogy import Incarnation, genealogy
 
 PAGE = 10_000
 

@@ -2,7 +2,7 @@
 own state when its kind is registered here.
 
 It is exactly what recovery rebuilds (``ares.runtime_manager.replay.AgentReplay``): the
-lifecycle through ``ares.runtime_manager.lifecycle.fold``, and an agent instance created from
+lifecycle through ``ares.lifecycle.state.fold``, and an agent instance created from
 the lifecycle's kind and config, ``apply``-ed every event of the stream in order (the
 events before ``agent.started`` are held until the kind is known, as recovery applies every
 replayed event). The agent's state is what its ``snapshot()`` says: the same JSON the
@@ -25,7 +25,7 @@ from ares.agents.agent import Agent
 from ares.agents.errors import AgentConfigError, AgentRegistryError, UnknownAgentKindError
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event
-from ares.runtime_manager.lifecycle import AgentLifecycle, fold, fold_all
+from ares.lifecycle.state import AgentLifecycle, fold, fold_all
 
 log = logging.getLogger(__name__)
 

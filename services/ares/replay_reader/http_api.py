@@ -26,6 +26,8 @@ from ares.agents.registry import AgentRegistry
 from ares.config import Settings
 from ares.errors import AresError, TransientError
 from ares.events.model import EventFilter
+from ares.events.ports import SummarySource
+from ares.lifecycle.state import Status
 from ares.replay_reader import fallback, openapi
 from ares.replay_reader.audit_run import AuditScope, run_audit
 from ares.replay_reader.kafka_source import KafkaStreamReader
@@ -33,8 +35,7 @@ from ares.replay_reader.live import Listener, LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
 from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
-from ares.replay_reader.source import NoSummaries, SummarySource
-from ares.runtime_manager.lifecycle import Status
+from ares.replay_reader.source import NoSummaries
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

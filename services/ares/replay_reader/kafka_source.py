@@ -36,8 +36,8 @@ from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.kafka_retry import connect
 from ares.events.model import Event
+from ares.events.ports import IndexEntry, IndexUnavailableError, StreamIndex
 from ares.events.routing import partition_for
-from ares.replay_reader.source import IndexEntry, IndexUnavailableError, StreamIndex
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ares.runtime_manager.lifecycle import Status
+from ares.lifecycle.state import Status
 
 # What the API accepts as a stream (agent) id: no control characters, no "/" (a path
 # segment), at most 256 characters. The limits below match the handlers' checks.

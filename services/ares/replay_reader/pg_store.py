@@ -22,6 +22,8 @@ from typing import Any
 
 import asyncpg
 
+from ares.events.ports import IndexEntry, IndexSlice, IndexUnavailableError
+from ares.lifecycle.genealogy import genealogy
 from ares.replay_reader import migrations
 from ares.replay_reader.projection import (
     AGENT_COLUMNS,
@@ -35,8 +37,6 @@ from ares.replay_reader.projection import (
     genealogy_rows,
     lifecycle_event,
 )
-from ares.replay_reader.source import IndexEntry, IndexSlice, IndexUnavailableError
-from ares.runtime_manager.genealogy import genealogy
 
 DEFAULT_SCHEMA = "ares_projections"
 Offsets = dict[tuple[str, int], int]

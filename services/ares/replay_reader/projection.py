@@ -5,7 +5,7 @@ every table (``migrations/0001_projections.sql``), given the agents' rows as the
 before the batch. Agents are folded with the runtime's own ``lifecycle.fold`` and the
 SDK's token accounting, so the projection cannot disagree with the host; genealogy is
 recomputed by the caller from the stored lifecycle events with
-``ares.runtime_manager.genealogy``. The same code serves the projector and the reads that
+``ares.lifecycle.genealogy``. The same code serves the projector and the reads that
 fall back to scanning Kafka when PostgreSQL is down.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 from ares.agents import records as r
 from ares.events.model import Event
-from ares.runtime_manager import lifecycle as lc
-from ares.runtime_manager.genealogy import Incarnation
+from ares.lifecycle import state as lc
+from ares.lifecycle.genealogy import Incarnation
 
 AGENT_COLUMNS = (
     "agent_id", "kind", "status", "incarnation", "restarts", "deaths", "resurrections",

@@ -25,21 +25,16 @@ from ares.agents.ledger import token_ledger
 from ares.agents.registry import AgentRegistry
 from ares.errors import AresError
 from ares.events.model import Event
-from ares.replay_reader.fold import FoldedState, StateFolder
-from ares.replay_reader.source import (
-    EventSource,
-    NoSummaries,
-    SummaryAnchor,
-    SummarySource,
-    anchor_for,
-)
-from ares.runtime_manager import lifecycle as lc
-from ares.runtime_manager.recovery import (
+from ares.events.ports import EventSource, SummaryAnchor, SummarySource
+from ares.lifecycle import state as lc
+from ares.lifecycle.recovery import (
     Feed,
     SnapshotInfo,
     StreamVerifier,
     VerificationFailure,
 )
+from ares.replay_reader.fold import FoldedState, StateFolder
+from ares.replay_reader.source import NoSummaries, anchor_for
 
 DEFAULT_PAGE_SIZE = 1000
 DEFAULT_CACHED_PAGES = 64

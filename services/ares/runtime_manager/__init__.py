@@ -1,6 +1,5 @@
-"""The runtime manager: owner of partitions, their streams and (later) their agents."""
+"""The runtime manager: owner of partitions, their streams and their agents.
 
-from ares.events.groups import runtime_group
-from ares.runtime_manager.owner import PartitionHost, PartitionOwner, StreamsOnly
-
-__all__ = ["PartitionHost", "PartitionOwner", "StreamsOnly", "runtime_group"]
+Nothing is imported here: ``ares.runtime_manager.owner`` (the Kafka side) is loaded only by
+what runs a runtime manager, never by the pure lifecycle code or the views.
+"""

@@ -52,8 +52,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from ares.runtime_manager.backoff import BackoffPolicy
-from ares.runtime_manager.lifecycle import AgentLifecycle, Status
+from ares.lifecycle.backoff import BackoffPolicy
+from ares.lifecycle.state import AgentLifecycle, Status
 
 
 class SkipReason(StrEnum):

@@ -42,7 +42,13 @@ from ares.events.model import ANY_VERSION, NewEvent, StreamHead
 from ares.events.partition_writer import PartitionWriter, TransactionScope
 from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
-from ares.runtime_manager import lifecycle as lc
+from ares.lifecycle import state as lc
+from ares.lifecycle.recovery import (
+    CHECKPOINT_KEY,
+    CHECKPOINT_KIND,
+    RecoveryRecord,
+    VerificationFailure,
+)
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.guard import (
     Quarantine,
@@ -55,10 +61,7 @@ from ares.runtime_manager.guard import (
 )
 from ares.runtime_manager.heartbeats import AgentBeat
 from ares.runtime_manager.hosted import AgentSinkImpl, HostedAgent, run_open_tasks
-from ares.runtime_manager.recovery import RecoveryRecord, VerificationFailure
 from ares.runtime_manager.replay import (
-    CHECKPOINT_KEY,
-    CHECKPOINT_KIND,
     AgentReplay,
     old_heap_frozen,
     replay_start,

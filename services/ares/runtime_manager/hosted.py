@@ -25,8 +25,7 @@ from ares.agents.host_api import (
 from ares.errors import FencedError
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent
 from ares.events.partition_writer import PartitionWriter
-from ares.runtime_manager.heartbeats import AgentBeat
-from ares.runtime_manager.lifecycle import (
+from ares.lifecycle.state import (
     TASK_ASSIGNED,
     TASK_COMPLETED,
     TASK_FAILED,
@@ -34,6 +33,7 @@ from ares.runtime_manager.lifecycle import (
     Folder,
     fold,
 )
+from ares.runtime_manager.heartbeats import AgentBeat
 
 # Event types that (re)open or end the wait of a paused task.
 TOOL_RESOLVED = "tool.call.resolved"

@@ -20,19 +20,15 @@ from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
-from ares.runtime_manager.hosted import HostedAgent
-from ares.runtime_manager.lifecycle import AgentLifecycle
-from ares.runtime_manager.recovery import (
+from ares.lifecycle.recovery import (
     Feed,
     RecoveryRecord,
     StreamVerifier,
     VerificationFailure,
     state_hash,
 )
-
-# The key of a partition's checkpoint (all stream heads at an offset) in ares.snapshots.
-CHECKPOINT_KEY = "__partition__"
-CHECKPOINT_KIND = "ares.partition"
+from ares.lifecycle.state import AgentLifecycle
+from ares.runtime_manager.hosted import HostedAgent
 
 
 def snapshot_state(hosted: HostedAgent) -> dict[str, Any]:

@@ -5,7 +5,7 @@
 restart of the runtime:
 
 * lifecycle (status, kind, incarnation, worker, version, tasks) through the runtime's own
-  fold, ``ares.runtime_manager.lifecycle``: the view cannot disagree with the host;
+  fold, ``ares.lifecycle.state``: the view cannot disagree with the host;
 * tokens through the SDK's ``ares.agents.ledger.token_ledger`` (spent, re-used from the
   journal after recoveries = saved, spent twice);
 * tool calls in doubt through the SDK's journals (``ares.agents.journal``): a
@@ -29,7 +29,7 @@ from ares.agents.journal import task_journals
 from ares.agents.ledger import TokenLedger, token_ledger
 from ares.errors import AresError
 from ares.events.model import Event
-from ares.runtime_manager import lifecycle as lc
+from ares.lifecycle import state as lc
 
 # Task states of the current task (``AgentView.task_state``).
 RUNNING = "running"  # the agent runs and works on it

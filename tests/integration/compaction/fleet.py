@@ -24,11 +24,10 @@ from ares.events.model import Event
 from ares.events.routing import partition_for
 from ares.events.snapshots import Snapshot
 from ares.events.writer import AppendPlan
-from ares.runtime_manager.recovery import state_hash
+from ares.lifecycle.recovery import CHECKPOINT_KEY, state_hash
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan
 from tests.unit.compaction.workload import KIND, agent_events, snapshot_state
 
-CHECKPOINT_KEY = "__partition__"
 APPEND_BATCH = 250
 
 

@@ -25,7 +25,7 @@ from ares.client import Client
 from ares.config import Settings
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.service import HealthChecker, wait_ready
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
 from ares.runtime_manager.guard import RestartPolicy, ResurrectionGuard
 from ares.runtime_manager.service import RuntimeManager
 from ares.topics import TopicPlan

@@ -28,7 +28,7 @@ from ares.config import Settings
 from ares.events.routing import partition_for
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.service import HealthChecker, wait_ready
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
 from ares.runtime_manager.guard import RestartPolicy, ResurrectionGuard
 from ares.runtime_manager.service import RuntimeManager
 from ares.topics import TopicPlan

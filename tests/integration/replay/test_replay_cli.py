@@ -11,11 +11,11 @@ import pytest
 from ares.config import Settings
 from ares.events.model import Event
 from ares.examples.chat import ChatAgent
+from ares.lifecycle import state as lc
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
 from ares.replay_reader.session import ReplaySession
 from ares.replay_reader.wiring import Topics, open_reader
-from ares.runtime_manager import lifecycle as lc
 from ares.topics import TopicPlan
 from tests.integration.replay.conftest import chat_events, env_of, write_streams
 from tests.support.processes import ares

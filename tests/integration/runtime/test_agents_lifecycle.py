@@ -16,7 +16,7 @@ from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
 from ares.events.codec import decode
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
 from ares.runtime_manager.guard import RestartPolicy, ResurrectionGuard
 from ares.runtime_manager.service import RuntimeManager
 from ares.topics import ALERTS, TopicPlan

@@ -29,9 +29,9 @@ from ares.events.kafka_reader import PartitionScanner
 from ares.events.model import Event
 from ares.events.routing import partition_for
 from ares.events.snapshots import Snapshot, load_snapshots
+from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord, state_hash
 from ares.runtime_manager.host import AgentHost
-from ares.runtime_manager.recovery import RecoveryRecord, state_hash
-from ares.runtime_manager.replay import CHECKPOINT_KEY, snapshot_state
+from ares.runtime_manager.replay import snapshot_state
 from ares.runtime_manager.service import RuntimeManager
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 from tests.support.kafka import applied_topics, drain_records

@@ -25,7 +25,7 @@ from ares.events.chain import verify_chain
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import open_writer
 from ares.events.model import ANY_VERSION, Event, NewEvent
-from ares.runtime_manager.genealogy import genealogy
+from ares.lifecycle.genealogy import genealogy
 from ares.runtime_manager.service import RuntimeManager
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics, temp_topics

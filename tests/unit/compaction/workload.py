@@ -14,7 +14,7 @@ from typing import Any
 
 from ares.events.canonical import canonical_json
 from ares.events.model import Event, NewEvent
-from ares.runtime_manager.lifecycle import from_events
+from ares.lifecycle.state import from_events
 
 KIND = "test.counter"
 EVENTS_PER_TASK = 6

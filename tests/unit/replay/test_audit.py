@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ares.events.model import Event
+from ares.events.ports import SummaryAnchor
 from ares.replay_reader.audit import AuditReport, KnownHead, StreamAudit
-from ares.replay_reader.source import SummaryAnchor
 from tests.unit.runtime.streams import Stream
 
 

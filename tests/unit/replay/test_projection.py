@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from ares.events.ports import IndexEntry
+from ares.lifecycle import state as lc
+from ares.lifecycle.genealogy import genealogy
 from ares.replay_reader.kafka_source import clusters
 from ares.replay_reader.migrations import checkout_dir, load_migrations, packaged_dir
 from ares.replay_reader.projection import (
@@ -14,9 +17,6 @@ from ares.replay_reader.projection import (
     lifecycle_event,
     project,
 )
-from ares.replay_reader.source import IndexEntry
-from ares.runtime_manager import lifecycle as lc
-from ares.runtime_manager.genealogy import genealogy
 from tests.unit.runtime.streams import Stream
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from ares.agents.registry import AgentRegistry, build_registry
 from ares.events.model import Event
+from ares.events.ports import SummaryAnchor
 from ares.examples.chat import ChatAgent
+from ares.lifecycle import state as lc
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession
-from ares.replay_reader.source import MemorySource, SummaryAnchor
-from ares.runtime_manager import lifecycle as lc
+from ares.replay_reader.source import MemorySource
 from tests.unit.runtime.streams import Stream, at
 
 

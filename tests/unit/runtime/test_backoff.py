@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
 
 
 def never() -> float:

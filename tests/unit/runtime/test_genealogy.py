@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ares.runtime_manager.genealogy import DEAD, REPLACED, STOPPED, genealogy, genealogy_json
-from ares.runtime_manager.recovery import RecoveryRecord
+from ares.lifecycle.genealogy import DEAD, REPLACED, STOPPED, genealogy, genealogy_json
+from ares.lifecycle.recovery import RecoveryRecord
 from tests.unit.runtime.streams import Stream, at
 
 

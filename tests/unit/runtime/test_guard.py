@@ -9,7 +9,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ares.runtime_manager.backoff import BackoffPolicy
+from ares.lifecycle.backoff import BackoffPolicy
+from ares.lifecycle.state import (
+    AgentLifecycle,
+    Status,
+    clear_resurrecting,
+    dead_payload,
+    fold,
+    from_events,
+    mark_resurrecting,
+    mark_stop_requested,
+)
 from ares.runtime_manager.guard import (
     Decision,
     Quarantine,
@@ -22,16 +32,6 @@ from ares.runtime_manager.guard import (
     counted_deaths,
     quarantined_payload,
     resurrecting_payload,
-)
-from ares.runtime_manager.lifecycle import (
-    AgentLifecycle,
-    Status,
-    clear_resurrecting,
-    dead_payload,
-    fold,
-    from_events,
-    mark_resurrecting,
-    mark_stop_requested,
 )
 from tests.unit.runtime.streams import EPOCH0, Stream
 

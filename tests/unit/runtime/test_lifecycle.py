@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from ares.events.model import Event
-from ares.runtime_manager.lifecycle import (
+from ares.lifecycle.recovery import state_hash
+from ares.lifecycle.state import (
     AgentLifecycle,
     PendingTask,
     Status,
@@ -18,7 +19,6 @@ from ares.runtime_manager.lifecycle import (
     mark_resurrecting,
     mark_stop_requested,
 )
-from ares.runtime_manager.recovery import state_hash
 from tests.unit.runtime.streams import EPOCH0, Stream
 
 

@@ -11,8 +11,7 @@ import pytest
 from ares.events.chain import seal_encoded
 from ares.events.codec import decode_event, default_codec
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.runtime_manager.lifecycle import AgentLifecycle, fold, from_events
-from ares.runtime_manager.recovery import (
+from ares.lifecycle.recovery import (
     AHEAD_OF_LOG,
     FOREIGN_STREAM,
     HASH_MISMATCH,
@@ -30,6 +29,7 @@ from ares.runtime_manager.recovery import (
     state_hash,
     validate_snapshot,
 )
+from ares.lifecycle.state import AgentLifecycle, fold, from_events
 from tests.unit.runtime.streams import PartitionLog, Stream
 
 

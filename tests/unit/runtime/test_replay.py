@@ -13,10 +13,10 @@ from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
+from ares.lifecycle.recovery import Feed, StreamVerifier, VerificationFailure
+from ares.lifecycle.state import from_events
 from ares.runtime_manager import replay as replay_module
 from ares.runtime_manager.hosted import HostedAgent
-from ares.runtime_manager.lifecycle import from_events
-from ares.runtime_manager.recovery import Feed, StreamVerifier, VerificationFailure
 from ares.runtime_manager.replay import AgentReplay
 from tests.unit.runtime.streams import Stream
 

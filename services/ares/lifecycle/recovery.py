@@ -37,6 +37,11 @@ from ares.events.chain import ChainError, verify_chain
 from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
 
+# The snapshot key and kind of a partition checkpoint (the heads of every stream of the
+# partition at an offset): a snapshot that is no agent's, kept in ares.snapshots.
+CHECKPOINT_KEY = "__partition__"
+CHECKPOINT_KIND = "ares.partition"
+
 # -- plans -------------------------------------------------------------------------------
 
 

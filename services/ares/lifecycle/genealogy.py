@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from ares.events.model import Event
-from ares.runtime_manager.lifecycle import (
+from ares.lifecycle.recovery import RecoveryRecord
+from ares.lifecycle.state import (
     AGENT_DEAD,
     AGENT_QUARANTINED,
     AGENT_RESURRECTED,
@@ -29,7 +30,6 @@ from ares.runtime_manager.lifecycle import (
     AGENT_STARTED,
     AGENT_STOPPED,
 )
-from ares.runtime_manager.recovery import RecoveryRecord
 
 # How an incarnation ended (None: it still runs, as far as the stream says).
 DEAD = "dead"

@@ -1,0 +1,14 @@
+"""The agent lifecycle as a domain: pure, no I/O, no Kafka.
+
+What every service reads of an agent's life, in one place:
+
+    state        AgentLifecycle and its fold over an agent's events (status, incarnation,
+                 restarts, the task queue), the lifecycle event types
+    genealogy    every incarnation of an agent: parent, start, end, cause of death
+    recovery     recovery records, the stream verifier, state hashes, partition checkpoints
+    backoff      the resurrection back-off policy (exponential, with jitter)
+
+The runtime manager, health checker, compactor, replay reader, views and demo import these
+modules; none of them imports a service. ``tests/unit/test_lifecycle_imports.py`` checks that
+importing them loads no Kafka module.
+"""
