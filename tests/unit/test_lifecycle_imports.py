@@ -28,3 +28,20 @@ def test_importing_loads_no_infrastructure(module: str) -> None:
     loaded = _loaded_by(module)
     assert module in loaded
     assert [name for name in loaded if name.startswith(FORBIDDEN)] == []
+
+
+def test_the_lifecycle_event_types_are_spelled_once() -> None:
+    """Every module names them through ares.lifecycle.events; only the wire schema's map of
+    types to Avro records (events/schemas.py, below the domain) spells them too."""
+    from pathlib import Path
+
+    from ares.lifecycle import events as ev
+
+    package = Path(ev.__file__).resolve().parents[1]
+    allowed = {package / "lifecycle" / "events.py", package / "events" / "schemas.py"}
+    types = [value for name, value in vars(ev).items() if name.isupper()
+             and isinstance(value, str)]
+    spelled = [f"{path.relative_to(package)}: {kind}" for path in package.rglob("*.py")
+               if path not in allowed for kind in types
+               if f'"{kind}"' in path.read_text(encoding="utf-8")]
+    assert spelled == []

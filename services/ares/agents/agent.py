@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares.events.canonical import parse_json
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 if TYPE_CHECKING:
     from ares.agents.context import Context
@@ -23,7 +24,7 @@ class Task:
     @classmethod
     def from_event(cls, event: Event) -> Task:
         """The task of a ``task.assigned`` event."""
-        if event.type != "task.assigned":
+        if event.type != ev.TASK_ASSIGNED:
             raise ValueError(f"a Task comes from a task.assigned event, not {event.type!r}")
         return cls(str(event.payload["task_id"]),
                    parse_json(str(event.payload.get("input_json", "null"))))

@@ -59,6 +59,7 @@ from ares.agents.retry import Clock, SystemClock
 from ares.agents.tools import InDoubtCall, ReconcileRegistry
 from ares.events.canonical import parse_json
 from ares.events.model import NewEvent
+from ares.lifecycle import events as ev
 from ares.llm import LlmProvider, OfflineProvider, provider_from_env
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ async def run_task(agent: Agent, task: Task, journal: TaskJournal, sink: AgentSi
         value, text = r.to_json_value(output)
     except (TypeError, ValueError) as e:
         return await _fail(ctx, StepResultError(task.task_id, "the handler", output, str(e)))
-    await ctx._append([NewEvent(r.TASK_COMPLETED, module,
+    await ctx._append([NewEvent(ev.TASK_COMPLETED, module,
                                 {"task_id": task.task_id, "output_json": text})])
     ctx._close()
     return TaskOutcome(OutcomeStatus.COMPLETED, task.task_id, output=value, stats=ctx.stats)
@@ -197,7 +198,7 @@ def _first_leaf(group: BaseExceptionGroup[Any]) -> Any:
 
 async def _fail(ctx: Context, failure: TaskFailed) -> TaskOutcome:
     error_type = r.qualified_name(failure)
-    await ctx._append([NewEvent(r.TASK_FAILED, ctx.module, {
+    await ctx._append([NewEvent(ev.TASK_FAILED, ctx.module, {
         "task_id": ctx.task_id, "error_type": error_type, "error_message": str(failure),
         "retriable": bool(failure.retriable)})])
     ctx._close()
@@ -211,7 +212,7 @@ def recorded_outcome(task_id: str, journal: TaskJournal) -> TaskOutcome:
     if event is None:
         raise ValueError(f"task {task_id!r} has no recorded outcome")
     p = event.payload
-    if event.type == r.TASK_COMPLETED:
+    if event.type == ev.TASK_COMPLETED:
         return TaskOutcome(OutcomeStatus.COMPLETED, task_id,
                            output=parse_json(str(p.get("output_json", "null"))),
                            from_journal=True)

@@ -18,6 +18,7 @@ from ares.agents.agent import Task
 from ares.agents.errors import NonDeterminismError
 from ares.events.canonical import parse_json
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 log = logging.getLogger(__name__)
 
@@ -170,15 +171,15 @@ class _Builder:
         if t in (r.TOOL_COMPLETED, r.TOOL_FAILED, r.TOOL_IN_DOUBT, r.TOOL_RESOLVED):
             self.settle(event)
             return
-        if t not in (r.TASK_ASSIGNED, r.TASK_COMPLETED, r.TASK_FAILED, r.STEP_COMPLETED,
+        if t not in (ev.TASK_ASSIGNED, ev.TASK_COMPLETED, ev.TASK_FAILED, r.STEP_COMPLETED,
                      r.LLM_CALL, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED):
             return
         journal = self.journal(p.get("task_id"))
         if journal is None:
             return
-        if t == r.TASK_ASSIGNED:
+        if t == ev.TASK_ASSIGNED:
             journal.task = Task.from_event(event)
-        elif t in (r.TASK_COMPLETED, r.TASK_FAILED):
+        elif t in (ev.TASK_COMPLETED, ev.TASK_FAILED):
             journal.outcome = event
         elif t == r.TASK_RESUMED:
             journal.resumed.append(p)

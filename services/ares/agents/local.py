@@ -22,6 +22,7 @@ from ares.events.canonical import canonical_json
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent
 from ares.events.ports import EventStore
+from ares.lifecycle import events as ev
 
 MODULE = "local-runtime"
 
@@ -79,7 +80,7 @@ class LocalRuntime:
         if self._started:
             return
         self._started = True
-        await self.sink.append([NewEvent("agent.started", MODULE, {
+        await self.sink.append([NewEvent(ev.AGENT_STARTED, MODULE, {
             "kind": self.kind, "config_json": canonical_json(self.config),
             "incarnation": self.incarnation})])
 
@@ -87,7 +88,7 @@ class LocalRuntime:
         """Assign a task and run it; a crash of the handler propagates."""
         await self.start()
         task = Task(task_id or uuid.uuid4().hex[:12], task_input)
-        await self.sink.append([NewEvent(r.TASK_ASSIGNED, MODULE, {
+        await self.sink.append([NewEvent(ev.TASK_ASSIGNED, MODULE, {
             "task_id": task.task_id, "input_json": canonical_json(task_input)})])
         return await self.run(task)
 
@@ -119,7 +120,7 @@ class LocalRuntime:
         for event in replayed:
             agent.apply(event)
         self.agent = agent
-        await self.sink.append([NewEvent("agent.resurrected", MODULE, {
+        await self.sink.append([NewEvent(ev.AGENT_RESURRECTED, MODULE, {
             "incarnation": self.incarnation, "parent_incarnation": parent,
             "snapshot_version": after if from_snapshot and self._snapshot else None,
             "replayed_events": len(replayed)})])

@@ -23,9 +23,6 @@ from ares.events.canonical import canonical_round_trip
 from ares.events.model import NewEvent
 
 # Typed records (schemas/ares.v1.Event.avsc).
-TASK_ASSIGNED = "task.assigned"
-TASK_COMPLETED = "task.completed"
-TASK_FAILED = "task.failed"
 STEP_COMPLETED = "step.completed"
 LLM_CALL = "llm.call"
 TOOL_INTENT = "tool.call.intent"

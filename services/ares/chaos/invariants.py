@@ -25,10 +25,11 @@ from typing import Any
 from ares.chaos.load import Acks
 from ares.demo.report import build_report
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 # An agent's status is settled by these; ``agent.dead`` and ``agent.resurrecting`` are not.
-VERDICTS = ("agent.started", "agent.resurrected", "agent.quarantined", "agent.stopped")
-UNSETTLED = ("agent.dead", "agent.resurrecting")
+VERDICTS = (ev.AGENT_STARTED, ev.AGENT_RESURRECTED, ev.AGENT_QUARANTINED, ev.AGENT_STOPPED)
+UNSETTLED = (ev.AGENT_DEAD, ev.AGENT_RESURRECTING)
 MAX_LISTED = 50  # violations of one kind listed one by one; the rest are counted
 
 
@@ -152,15 +153,15 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
     status = reason = ""
     for event in events:
         p = event.payload
-        if event.type == "task.assigned":
+        if event.type == ev.TASK_ASSIGNED:
             assigned.add(str(p.get("task_id")))
-        elif event.type in ("task.completed", "task.failed"):
+        elif event.type in (ev.TASK_COMPLETED, ev.TASK_FAILED):
             task_id = str(p.get("task_id"))
             if task_id in done:
                 bad.add("task_finished_twice", f"{agent_id}/{task_id}: a second {event.type} "
                                                f"at version {event.version}")
             done.add(task_id)
-            if event.type == "task.completed":
+            if event.type == ev.TASK_COMPLETED:
                 found.tasks_completed += 1
                 if (agent_id, task_id) not in sent:
                     bad.add("email_missing", f"{agent_id}/{task_id} completed, its e-mail "
@@ -171,15 +172,15 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
             call_tasks[str(p.get("call_id"))] = str(p.get("task_id"))
         elif event.type == "tool.in_doubt" and str(p.get("call_id")) in call_tasks:
             doubted.add(call_tasks[str(p.get("call_id"))])
-        if event.type == "agent.dead":
+        if event.type == ev.AGENT_DEAD:
             found.deaths += 1
-        elif event.type == "agent.resurrected":
+        elif event.type == ev.AGENT_RESURRECTED:
             found.resurrections += 1
         if event.type in VERDICTS or event.type in UNSETTLED:
             status = event.type
-            if status == "agent.quarantined":
+            if status == ev.AGENT_QUARANTINED:
                 reason = str(p.get("reason"))
-    if status == "agent.quarantined":
+    if status == ev.AGENT_QUARANTINED:
         found.quarantined.append(agent_id)
         found.quarantine_reasons[agent_id] = reason
     if status in UNSETTLED:
@@ -192,7 +193,7 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
             continue
         elif task_id in doubted:
             found.tasks_in_doubt += 1
-        elif status == "agent.quarantined":  # a quarantined agent's tasks wait for an operator
+        elif status == ev.AGENT_QUARANTINED:  # a quarantined agent's tasks wait for an operator
             found.tasks_awaiting_operator += 1
         else:
             bad.add("task_not_finished", f"{agent_id}/{task_id}: neither completed nor "

@@ -18,6 +18,7 @@ from aiokafka import TopicPartition
 from ares.compactor.summariser import EventFact
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class PartitionIndex:
         stream.offsets.append(offset)
         stream.head_hash = event.hash
         stream.head_at_us = fact.timestamp_us
-        if event.type == "agent.started" and isinstance(event.payload.get("kind"), str):
+        if event.type == ev.AGENT_STARTED and isinstance(event.payload.get("kind"), str):
             stream.kind = str(event.payload["kind"])
         if event.version > self.summarised.get(event.stream_id, 0):
             stream.facts.append(fact)

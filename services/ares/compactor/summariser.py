@@ -24,6 +24,7 @@ from typing import Any
 
 from ares.compactor.summary import Summary, SummaryFacts, to_micros
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 MAX_TASK_IDS = 50  # task ids kept in the facts; the count stays exact
 SHOWN_TASKS = 5
@@ -32,7 +33,7 @@ REQUEST_CHARS = 120
 # Keys of a task input that hold the user's request, in order of preference.
 REQUEST_KEYS = ("request", "prompt", "text", "query", "question", "message", "goal", "task")
 
-_TASK_TYPES = frozenset({"task.assigned", "task.completed", "task.failed"})
+_TASK_TYPES = ev.TASK_TYPES
 _WORK_TYPES = frozenset({"step.completed", "llm.call", "tool.call.intent",
                          "tool.call.completed", "tool.call.failed"})
 
@@ -67,7 +68,7 @@ class EventFact:
         elif kind == "llm.call":
             model = _str(p.get("model"))
             prompt, completion = _int(p.get("prompt_tokens")), _int(p.get("completion_tokens"))
-        elif kind == "task.assigned":
+        elif kind == ev.TASK_ASSIGNED:
             request = user_request(p.get("input_json"))
         return cls(event.version, offset, event.hash, event.prev_hash,
                    to_micros(event.timestamp), kind, task_id, tool, call_id, model, prompt,
@@ -186,7 +187,7 @@ def _ended(state: str) -> Any:
 
 def _restarted(b: FactsBuilder, fact: EventFact) -> None:
     b.life = None
-    if fact.type == "agent.resurrected":
+    if fact.type == ev.AGENT_RESURRECTED:
         b.resurrections += 1
 
 
@@ -195,13 +196,13 @@ def _snapshot(b: FactsBuilder, fact: EventFact) -> None:
 
 
 _RULES = {
-    "task.assigned": _assigned, "task.completed": _completed, "task.failed": _failed,
+    ev.TASK_ASSIGNED: _assigned, ev.TASK_COMPLETED: _completed, ev.TASK_FAILED: _failed,
     "tool.call.intent": _intent, "tool.call.completed": _tool_outcome,
     "tool.call.failed": _tool_outcome, "llm.call": _llm,
-    "agent.stopped": _ended("stopped"), "agent.quarantined": _ended("quarantined"),
-    "agent.dead": _ended("dead"), "agent.started": _restarted,
-    "agent.resurrected": _restarted, "agent.resumed": _restarted,
-    "snapshot.taken": _snapshot,
+    ev.AGENT_STOPPED: _ended("stopped"), ev.AGENT_QUARANTINED: _ended("quarantined"),
+    ev.AGENT_DEAD: _ended("dead"), ev.AGENT_STARTED: _restarted,
+    ev.AGENT_RESURRECTED: _restarted, ev.AGENT_RESUMED: _restarted,
+    ev.SNAPSHOT_TAKEN: _snapshot,
 }
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 
 
 @dataclass(slots=True)
@@ -32,23 +33,23 @@ class FleetState:
         if agent is None:
             return
         p = event.payload
-        if event.type == "agent.started":
+        if event.type == ev.AGENT_STARTED:
             agent.kind = str(p.get("kind", agent.kind))
             agent.incarnation = int(p.get("incarnation") or 1)
             agent.worker = str(p.get("worker") or "")
             agent.status = "running"
-        elif event.type == "agent.resurrected":
+        elif event.type == ev.AGENT_RESURRECTED:
             agent.incarnation = int(p.get("incarnation") or agent.incarnation)
             agent.worker = str(p.get("worker") or agent.worker)
             agent.status = "running"
-        elif event.type in ("agent.dead", "agent.resurrecting", "agent.quarantined",
-                            "agent.stopped"):
+        elif event.type in (ev.AGENT_DEAD, ev.AGENT_RESURRECTING, ev.AGENT_QUARANTINED,
+                            ev.AGENT_STOPPED):
             agent.status = event.type.split(".", 1)[1]
         elif event.type == "llm.call":
             agent.steps += 1
             agent.tokens += int(p.get("prompt_tokens") or 0) + int(
                 p.get("completion_tokens") or 0)
-        elif event.type == "task.completed":
+        elif event.type == ev.TASK_COMPLETED:
             agent.tasks_done += 1
             if agent.tasks_done >= self.tasks_of(agent):
                 agent.status = "done"

@@ -16,6 +16,7 @@ from ares.agents.ledger import token_ledger
 from ares.errors import IntegrityError
 from ares.events.chain import verify_chain
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 from ares.lifecycle.recovery import RecoveryRecord
 
 
@@ -101,13 +102,13 @@ def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Map
     for agent_id, events in streams.items():
         _check_chain(report, agent_id, events)
         types = [e.type for e in events]
-        report.tasks_assigned += types.count("task.assigned")
-        report.tasks_completed += types.count("task.completed")
+        report.tasks_assigned += types.count(ev.TASK_ASSIGNED)
+        report.tasks_completed += types.count(ev.TASK_COMPLETED)
         report.in_doubt += [f"{agent_id}:{e.payload.get('call_id')}" for e in events
                             if e.type == "tool.in_doubt"]
         incarnation = 0
         for event in events:
-            if event.type in ("agent.started", "agent.resurrected"):
+            if event.type in (ev.AGENT_STARTED, ev.AGENT_RESURRECTED):
                 incarnation = int(event.payload.get("incarnation") or incarnation)
             elif event.type == "llm.call":
                 key = (agent_id, str(event.payload.get("task_id")), str(event.payload.get("name")))
@@ -145,9 +146,9 @@ def _resurrections(agent_id: str, events: Sequence[Event],
     found = []
     last_dead: Event | None = None
     for event in events:
-        if event.type == "agent.dead":
+        if event.type == ev.AGENT_DEAD:
             last_dead = event
-        elif event.type == "agent.resurrected" and last_dead is not None:
+        elif event.type == ev.AGENT_RESURRECTED and last_dead is not None:
             record = RecoveryRecord.from_event(event)
             meta = event.metadata
             # The fault behind this death: the latest one injected before it was recorded.

@@ -23,6 +23,7 @@ from ares.agents.agent import Agent, Task
 from ares.agents.context import Context
 from ares.agents.errors import AgentConfigError, TaskFailed
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 from ares.llm.offline import OfflineProvider
 
 
@@ -62,16 +63,16 @@ class ChatAgent(Agent):
 
     def apply(self, event: Event) -> None:
         p = event.payload
-        if event.type == "task.assigned":
+        if event.type == ev.TASK_ASSIGNED:
             # An invalid message fails its task in the handler; it never becomes a turn.
             with contextlib.suppress(TaskFailed, ValueError):
                 self.pending[str(p["task_id"])] = _message(json.loads(str(p["input_json"])))
-        elif event.type == "task.completed":
+        elif event.type == ev.TASK_COMPLETED:
             question = self.pending.pop(str(p["task_id"]), None)
             if question is not None:
                 answer = json.loads(str(p["output_json"])).get("answer", "")
                 self.history.append({"user": question, "assistant": str(answer)})
-        elif event.type == "task.failed":
+        elif event.type == ev.TASK_FAILED:
             self.pending.pop(str(p["task_id"]), None)
 
     def snapshot(self) -> dict[str, Any]:

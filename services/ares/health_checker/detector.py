@@ -63,10 +63,11 @@ from ares.health_checker.model import (
     WorkerView,
     alert_id,
 )
+from ares.lifecycle import events as ev
 
 log = logging.getLogger(__name__)
 
-HANDED_OFF = "agent.handed_off"
+HANDED_OFF = ev.AGENT_HANDED_OFF
 # Deaths that say nothing about the agent itself: an operator's kill, its worker dying.
 NOT_COUNTED = frozenset({"killed", "worker_lost"})
 # Events that are not the agent's work: the last work event is what it died after.
@@ -162,9 +163,9 @@ class HealthState:
             handler(self, view, event, payload, ts)
         if not event.type.startswith(NOT_WORK_PREFIXES):
             view.last_work = (event.type, event.version)
-            if event.type == "task.assigned" and (task := payload.get("task_id")):
+            if event.type == ev.TASK_ASSIGNED and (task := payload.get("task_id")):
                 view.pending.add(str(task))
-            elif event.type in ("task.completed", "task.failed"):
+            elif event.type in (ev.TASK_COMPLETED, ev.TASK_FAILED):
                 view.pending.discard(str(payload.get("task_id")))
             elif event.type == "tool.in_doubt":
                 view.paused = True
@@ -431,13 +432,13 @@ class HealthState:
 
 
 _HANDLERS = {
-    "agent.started": HealthState._on_started,
-    "agent.stopped": HealthState._on_stopped,
-    "agent.dead": HealthState._on_dead,
-    "agent.resurrecting": HealthState._on_resurrecting,
-    "agent.resurrected": HealthState._on_resurrected,
-    "agent.quarantined": HealthState._on_quarantined,
-    "agent.resumed": HealthState._on_resumed,
+    ev.AGENT_STARTED: HealthState._on_started,
+    ev.AGENT_STOPPED: HealthState._on_stopped,
+    ev.AGENT_DEAD: HealthState._on_dead,
+    ev.AGENT_RESURRECTING: HealthState._on_resurrecting,
+    ev.AGENT_RESURRECTED: HealthState._on_resurrected,
+    ev.AGENT_QUARANTINED: HealthState._on_quarantined,
+    ev.AGENT_RESUMED: HealthState._on_resumed,
     HANDED_OFF: HealthState._on_handed_off,
 }
 

@@ -40,22 +40,20 @@ from enum import StrEnum
 from typing import Any
 
 from ares.events.model import Event
-
-AGENT_STARTED = "agent.started"
-AGENT_STOPPED = "agent.stopped"
-AGENT_DEAD = "agent.dead"
-AGENT_RESURRECTING = "agent.resurrecting"
-AGENT_RESURRECTED = "agent.resurrected"
-AGENT_QUARANTINED = "agent.quarantined"
-# Not in EVENT_PAYLOADS: written with the JSON payload {"reason": str}.
-AGENT_RESUMED = "agent.resumed"
-TASK_ASSIGNED = "task.assigned"
-TASK_COMPLETED = "task.completed"
-TASK_FAILED = "task.failed"
-SNAPSHOT_TAKEN = "snapshot.taken"
-
-LIFECYCLE_TYPES = frozenset({AGENT_STARTED, AGENT_STOPPED, AGENT_DEAD, AGENT_RESURRECTING,
-                             AGENT_RESURRECTED, AGENT_QUARANTINED, AGENT_RESUMED})
+from ares.lifecycle.events import (
+    AGENT_DEAD,
+    AGENT_QUARANTINED,
+    AGENT_RESUMED,
+    AGENT_RESURRECTED,
+    AGENT_RESURRECTING,
+    AGENT_STARTED,
+    AGENT_STOPPED,
+    LIFECYCLE_TYPES,
+    SNAPSHOT_TAKEN,
+    TASK_ASSIGNED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+)
 
 
 class Status(StrEnum):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 from ares.lifecycle.genealogy import Incarnation, genealogy
 from ares.replay_reader.kafka_source import KafkaStreamReader, decode_or_skip
 from ares.replay_reader.projection import AgentRow, Located, project
@@ -36,7 +37,7 @@ async def genealogy_from_log(reader: KafkaStreamReader,
                              agent_id: str) -> list[Incarnation] | None:
     """None when the stream is no agent's (no agent.started)."""
     events = await stream_events(reader, agent_id)
-    if not any(e.type == "agent.started" for e in events):
+    if not any(e.type == ev.AGENT_STARTED for e in events):
         return None
     return genealogy(events)
 

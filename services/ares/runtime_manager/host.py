@@ -42,6 +42,7 @@ from ares.events.model import ANY_VERSION, NewEvent, StreamHead
 from ares.events.partition_writer import PartitionWriter, TransactionScope
 from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
+from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
 from ares.lifecycle.recovery import (
     CHECKPOINT_KEY,
@@ -71,7 +72,7 @@ from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 
 log = logging.getLogger(__name__)
 MODULE = "runtime-manager"
-HANDED_OFF = "agent.handed_off"  # a graceful shutdown handed the agent to the next owner
+HANDED_OFF = ev.AGENT_HANDED_OFF
 # Command metadata of a health verdict: the incarnation it judged.
 INCARNATION_META = "ares.incarnation"
 

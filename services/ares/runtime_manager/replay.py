@@ -20,6 +20,7 @@ from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
+from ares.lifecycle import events as ev
 from ares.lifecycle.recovery import (
     Feed,
     RecoveryRecord,
@@ -156,7 +157,7 @@ class AgentReplay:
                 if journal_from is not None:
                     hosted.open_events.extend(
                         e for e, o in zip(run, offsets[i:j], strict=True) if o >= journal_from)
-            elif any(e.type == "agent.quarantined" for e in run):
+            elif any(e.type == ev.AGENT_QUARANTINED for e in run):
                 self.quarantined_after_failure = True
             i = j
 
