@@ -8,7 +8,6 @@ stream's partition and await its reply, correlated by command id, on one partiti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -33,6 +32,7 @@ from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.kafka_retry import connect
 from ares.events.model import ANY_VERSION, NewEvent
+from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)
@@ -97,11 +97,8 @@ class Client:
         )
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
+        listener, self._listener = self._listener, None
+        await cancel_and_wait(listener)
         for client in (self._producer, self._replies):
             if client is not None:
                 await client.stop()

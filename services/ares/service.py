@@ -7,7 +7,6 @@ stop gracefully, a second one forces the exit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from ares.probes import ProbeServer
+from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 FORCED_EXIT_CODE = 130
@@ -80,9 +80,7 @@ async def serve(service: Service, http_port: int | None = None,
             waiting = asyncio.create_task(wait_for())
             await asyncio.wait({waiting, requested}, return_when=asyncio.FIRST_COMPLETED)
             if not waiting.done():
-                waiting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiting
+                await cancel_and_wait(waiting)
                 return 0
             waiting.result()  # gave up: the error says on what
         await service.start()

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -44,6 +43,7 @@ from ares.events.kafka_store import KafkaEventStore
 from ares.events.model import Event
 from ares.examples import evidence
 from ares.service import SUPPORTING_SERVICES
+from ares.tasks import cancel_and_wait
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, load_topics
 
 log = logging.getLogger(__name__)
@@ -220,9 +220,7 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
     finally:
         load.stop()
         supervisor.stop()
-        for task in (load_task, watch):
-            task.cancel()
-        await asyncio.gather(load_task, watch, return_exceptions=True)
+        await cancel_and_wait(load_task, watch, ignore_errors=True)
         await load.close()
 
 
@@ -238,9 +236,7 @@ async def _stop_load(load: Load, task: asyncio.Task[None], timeout_s: float,
     unanswered = [f"request_unanswered: {what}" for what in load.unanswered()]
     progress(f"{len(unanswered)} request(s) still unanswered {timeout_s:.0f}s after the "
              "last fault healed: stopping the load and checking what was acknowledged")
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
     return unanswered or ["request_unanswered: the load did not stop (no request in flight)"]
 
 

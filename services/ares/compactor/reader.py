@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from aiokafka.errors import KafkaError
 
@@ -92,6 +93,19 @@ class SummarisedReader:
             return version
         found = await self.summaries(stream_id)
         return found[-1].to_version if found else 0
+
+    async def head(self, stream_id: str) -> int:
+        """``EventSource.head``: the last version, summarised history included."""
+        return await self.stream_version(stream_id)
+
+    async def version_at(self, stream_id: str, at: datetime) -> int:
+        """``EventSource.version_at``: the events before the first one stamped after ``at``."""
+        version = 0
+        for event in await self.read(stream_id):
+            if event.timestamp > at:
+                break
+            version = event.version
+        return version
 
 
 class SummaryAnchors:

@@ -10,7 +10,6 @@ transaction, and the next pass recomputes from what is committed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from aiokafka.errors import KafkaError
@@ -20,6 +19,7 @@ from ares.compactor.config import CompactionConfig
 from ares.config import Settings
 from ares.errors import AresError, FencedError
 from ares.events.kafka_errors import translate
+from ares.tasks import cancel_and_wait
 from ares.topics import TopicPlan
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,7 @@ class CompactorService:
         if self._stopped:
             return
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self.compactor.close()
 
     async def _run(self) -> None:

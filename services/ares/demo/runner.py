@@ -37,6 +37,7 @@ from ares.events.model import Event, EventFilter, utc_now
 from ares.events.subscription import Subscription
 from ares.examples import evidence
 from ares.service import SUPPORTING_SERVICES
+from ares.tasks import cancel_and_wait
 from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
 
 HANG_TIMEOUT_S = 3  # the hung agent's declared step timeout
@@ -158,8 +159,7 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
             phase("waiting for every task")
             await _until(lambda: state.tasks_done >= state.total_tasks, options.timeout_s)
     finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+        await cancel_and_wait(watcher, ignore_errors=True)
         await subscription.aclose()
         await store.close()
 

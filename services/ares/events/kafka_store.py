@@ -9,7 +9,6 @@ external systems send commands (``ares.Client``) to the owner instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -36,6 +35,7 @@ from ares.events.transactions import (
     open_transactions,
 )
 from ares.events.writer import StreamTable
+from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,7 @@ class KafkaEventStore:
         task = asyncio.create_task(self._follow(event_filter, since_ms, queue))
 
         async def close() -> None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
         return Subscription(queue, close)
 

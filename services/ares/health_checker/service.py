@@ -45,6 +45,7 @@ from ares.health_checker.model import (
     RaiseAlert,
 )
 from ares.health_checker.webhook import WebhookForwarder, WebhookSink
+from ares.tasks import cancel_and_wait
 from ares.topics import ALERTS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -111,15 +112,11 @@ class HealthChecker:
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks, ignore_errors=True)
         self._tasks.clear()
         if self._actions:  # in-flight actions: a verdict already sent is not lost
             await asyncio.wait(self._actions, timeout=self.settings.request_timeout_s)
-            for task in self._actions:
-                task.cancel()
-            await asyncio.gather(*self._actions, return_exceptions=True)
+            await cancel_and_wait(*self._actions, ignore_errors=True)
         if self.webhook is not None:
             await self.webhook.stop()
         await self.feed.stop()

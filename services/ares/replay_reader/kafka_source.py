@@ -290,6 +290,8 @@ class KafkaStreamReader:
 
     async def _scan_read(self, scanner: RangeScanner, stream_id: str, tp: TopicPartition,
                          key: bytes, from_version: int, limit: int) -> list[Event]:
+        if limit <= 0:
+            return []
         hint = self._hints.get(stream_id)
         start = hint[1] + 1 if hint is not None and hint[0] < from_version else None
         if start is None:

@@ -13,7 +13,6 @@ reason rather than slowing down everyone else or growing without bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from ares.errors import SchemaError
 from ares.events.codec import decode_event
 from ares.events.kafka_reader import new_consumer, topic_partitions
 from ares.events.model import Event, EventFilter
+from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 MAX_QUEUED = 1000
@@ -139,10 +139,7 @@ class LiveFeed:
         for listener in list(self._listeners):
             self._drop(listener, "the server is stopping")
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()

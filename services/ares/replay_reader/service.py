@@ -13,7 +13,6 @@ The projector runs as an owned background task; if it fails for a reason it does
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -28,6 +27,7 @@ from ares.replay_reader.live import LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
 from ares.replay_reader.wiring import CompactedSummaries, Topics, projection_store
+from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,7 @@ class ReplayReaderService:
         if runner is not None:
             await runner.cleanup()
         task, self._projector_task = self._projector_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(task, ignore_errors=True)
         if self._reader is not None:
             await self._reader.close()
             self._reader = None

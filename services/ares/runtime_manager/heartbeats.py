@@ -10,7 +10,6 @@ worker is alive.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from aiokafka.errors import KafkaError
 from ares.events.codec import encode
 from ares.events.model import utc_now
 from ares.events.schemas import HEARTBEAT
+from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,8 @@ class HeartbeatEmitter:
         self._task = asyncio.create_task(self._run(), name="heartbeats")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     async def beat_once(self) -> None:
         records = heartbeat_records(self._worker_id, int(self._interval_s * 1000),

@@ -68,6 +68,7 @@ from ares.runtime_manager.replay import (
     replay_start,
     snapshot_state,
 )
+from ares.tasks import cancel_and_wait
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -237,9 +238,7 @@ class AgentHost:
         return await handler(self, _Stamped(tx, command), state, hosted, command)
 
     async def close(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_and_wait(*self._background, ignore_errors=True)
         await self.services.close()
 
     # -- commands (inside the owner's transaction) ---------------------------------------
@@ -754,12 +753,9 @@ class AgentHost:
             log.warning("snapshot of %s not taken: %s", hosted.agent_id, exc)
 
     async def _stop_agents(self, agents: Any) -> None:
-        tasks = []
-        for hosted in list(agents):
-            if hosted.supervisor is not None and not hosted.supervisor.done():
-                hosted.supervisor.cancel()
-                tasks.append(hosted.supervisor)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*(hosted.supervisor for hosted in list(agents)
+                                if hosted.supervisor is not None
+                                and not hosted.supervisor.done()), ignore_errors=True)
 
     def _detach(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

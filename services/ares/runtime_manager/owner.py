@@ -42,6 +42,7 @@ from ares.events.kafka_reader import PartitionScanner, new_consumer
 from ares.events.kafka_store import open_writer
 from ares.events.partition_writer import PartitionWriter, TransactionScope
 from ares.events.routing import partition_for
+from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -208,10 +209,9 @@ class PartitionOwner:
             return
         self._stopping = True
         if self._task is not None:
-            async with self._lock:
+            async with self._lock:  # not in the middle of a batch
                 self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         await self.host.drain()
         if self._consumer is not None:
             await self._consumer.stop()  # commits nothing (offsets go with transactions)
@@ -552,9 +552,7 @@ async def _heartbeats_kept(consumer: AIOKafkaConsumer | None) -> AsyncIterator[N
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 def _reason(exc: BaseException, default: str) -> str:
