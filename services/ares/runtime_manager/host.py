@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,7 +21,6 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from ares import metrics
-from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.agents.host_api import AgentServices, TaskOutcome
 from ares.agents.registry import AgentRegistry
 from ares.commands.model import (
@@ -34,8 +31,7 @@ from ares.commands.model import (
     with_command_metadata,
 )
 from ares.config import Settings
-from ares.errors import AresError, FencedError
-from ares.events.canonical import canonical_json
+from ares.errors import AresError
 from ares.events.kafka_reader import PartitionScanner
 from ares.events.kafka_store import open_writer
 from ares.events.model import ANY_VERSION, NewEvent, StreamHead
@@ -48,20 +44,15 @@ from ares.lifecycle.recovery import (
     CHECKPOINT_KEY,
     CHECKPOINT_KIND,
     RecoveryRecord,
-    VerificationFailure,
 )
+from ares.runtime_manager import supervision
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.guard import (
-    Quarantine,
-    Resurrect,
     ResurrectionGuard,
-    Skip,
-    SkipReason,
-    quarantined_payload,
-    resurrecting_payload,
 )
 from ares.runtime_manager.heartbeats import AgentBeat
-from ares.runtime_manager.hosted import AgentSinkImpl, HostedAgent, run_open_tasks
+from ares.runtime_manager.host_commands import HANDLERS, MODULE, reply
+from ares.runtime_manager.hosted import HostedAgent
 from ares.runtime_manager.replay import (
     AgentReplay,
     old_heap_frozen,
@@ -72,10 +63,7 @@ from ares.tasks import cancel_and_wait
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 
 log = logging.getLogger(__name__)
-MODULE = "runtime-manager"
-HANDED_OFF = ev.AGENT_HANDED_OFF
 # Command metadata of a health verdict: the incarnation it judged.
-INCARNATION_META = "ares.incarnation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +154,8 @@ class AgentHost:
         state = _Partition(writer)
         self.partitions[partition] = state
         writer.listeners.append(lambda plan, offsets: self._on_commit(partition, plan, offsets))
-        resumes = [self._adopt(state, replay, table, replay_done) for replay in replays.values()]
+        resumes = [supervision.adopt(self, state, replay, table, replay_done)
+                   for replay in replays.values()]
         await asyncio.gather(*resumes)
         self._count_agents()
         return writer
@@ -190,7 +179,7 @@ class AgentHost:
         for hosted in state.agents.values():
             life = hosted.lifecycle
             if life.is_live and life.status is lc.Status.RUNNING and hosted.agent is not None:
-                self._spawn(state, hosted)
+                supervision.spawn(self, state, hosted)
 
     async def release_partition(self, partition: int) -> None:
         """Ownership moved away: stop the partition's agents without writing anything (the
@@ -216,8 +205,8 @@ class AgentHost:
                     await self._write_snapshot(tx, partition, hosted)
                 for hosted in live:
                     await tx.append(hosted.agent_id, [NewEvent(
-                        HANDED_OFF, MODULE, {"worker": self.worker_id, "reason": "shutdown"})],
-                        ANY_VERSION)
+                        ev.AGENT_HANDED_OFF, MODULE,
+                        {"worker": self.worker_id, "reason": "shutdown"})], ANY_VERSION)
                 await self._write_checkpoint(tx, partition)
 
             try:
@@ -230,9 +219,9 @@ class AgentHost:
         partition = self._partition_of(command.stream_id)
         state = self.partitions.get(partition)
         if state is None:
-            return _reply(command, ReplyStatus.REJECTED, message="partition not recovered yet")
+            return reply(command, ReplyStatus.REJECTED, message="partition not recovered yet")
         hosted = state.agents.get(command.stream_id)
-        handler = _HANDLERS.get(command.type)
+        handler = HANDLERS.get(command.type)
         if handler is None:
             raise InvalidCommandError("unknown_command", f"no handler for {command.type!r}")
         return await handler(self, _Stamped(tx, command), state, hosted, command)
@@ -242,120 +231,6 @@ class AgentHost:
         await self.services.close()
 
     # -- commands (inside the owner's transaction) ---------------------------------------
-
-    async def _cmd_start(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
-                         command: Command) -> Reply:
-        kind = str(command.payload["kind"])
-        config_json = str(command.payload.get("config_json") or "{}")
-        try:
-            config = json.loads(config_json)
-            self.registry.create(kind, command.stream_id, config)  # validates kind and config
-        except (UnknownAgentKindError, AgentConfigError, ValueError) as exc:
-            raise InvalidCommandError("invalid_agent", str(exc)) from exc
-        if hosted is not None and hosted.lifecycle.is_live:
-            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
-                          "already running")
-        if hosted is not None and hosted.lifecycle.version > 0:
-            return _reply(command, ReplyStatus.REJECTED, hosted.lifecycle.version,
-                          f"agent is {hosted.lifecycle.status.value}: use `ares agents resume`")
-        incarnation = 1 if hosted is None else hosted.lifecycle.incarnation + 1
-        version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_STARTED, MODULE, {
-            "kind": kind, "config_json": canonical_json(config), "incarnation": incarnation,
-            "worker": self.worker_id})], ANY_VERSION)
-        return _reply(command, ReplyStatus.OK, version)
-
-    async def _cmd_stop(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
-                        command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        # The flag before anything else: a crash racing this stop must not resurrect.
-        hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
-        if hosted.lifecycle.status is lc.Status.STOPPED:
-            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version, "already stopped")
-        version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_STOPPED, MODULE, {
-            "reason": str(command.payload.get("reason") or "requested")})], ANY_VERSION)
-        return _reply(command, ReplyStatus.OK, version)
-
-    async def _cmd_kill(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
-                        command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        cause = "killed" if command.type == "agent.kill" else str(
-            command.payload.get("cause") or "declared_dead")
-        judged = command.metadata.get(INCARNATION_META)
-        if (command.type == "agent.declare_dead" and judged and judged.isdigit()
-                and int(judged) != hosted.lifecycle.incarnation):
-            # A verdict on an incarnation that is gone must not kill its successor.
-            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
-                          f"stale verdict for incarnation {judged}")
-        if hosted.incarnation_task is None or hosted.incarnation_task.done():
-            if hosted.lifecycle.status is lc.Status.RUNNING and not hosted.running:
-                # The log says running but nothing runs it here: record the death and let
-                # the guard decide, as for any death.
-                self._detach(self._death_of_unhosted(state, hosted, cause))
-                return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
-                              "not running here: death recorded")
-            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version, "not running")
-        hosted.kill_cause = cause  # before the cancel: the exit is read as this death
-        hosted.incarnation_task.cancel()
-        return _reply(command, ReplyStatus.OK, hosted.lifecycle.version)
-
-    async def _cmd_quarantine(self, tx: TransactionScope, state: _Partition,
-                              hosted: HostedAgent | None, command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        reason = str(command.payload.get("reason") or "requested")
-        if hosted.lifecycle.status is lc.Status.QUARANTINED:
-            return _reply(command, ReplyStatus.OK, hosted.lifecycle.version,
-                          "already quarantined")
-        hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
-        version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
-            "reason": reason, "deaths": int(command.payload.get("deaths") or 0)})], ANY_VERSION)
-        await tx.send(self.plan.name(ALERTS), alert_record(
-            "agent_quarantined", command.stream_id, f"agent quarantined: {reason}",
-            source=command.issuer), key=command.stream_id.encode())
-        return _reply(command, ReplyStatus.OK, version)
-
-    async def _cmd_resume(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
-                          command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        life = hosted.lifecycle
-        if life.status not in (lc.Status.STOPPED, lc.Status.QUARANTINED):
-            return _reply(command, ReplyStatus.OK, life.version, f"agent is {life.status.value}")
-        version = await tx.append(command.stream_id, [
-            NewEvent(lc.AGENT_RESUMED, MODULE, {"reason": str(command.payload.get("reason")
-                                                               or "operator")}),
-            NewEvent(lc.AGENT_STARTED, MODULE, {
-                "kind": life.kind, "config_json": life.config_json,
-                "incarnation": life.incarnation + 1, "worker": self.worker_id}),
-        ], ANY_VERSION)
-        return _reply(command, ReplyStatus.OK, version)
-
-    async def _cmd_assign(self, tx: TransactionScope, state: _Partition, hosted: HostedAgent | None,
-                          command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        task_id = str(command.payload["task_id"])
-        life = hosted.lifecycle
-        if task_id in life.finished_tasks or any(t.task_id == task_id
-                                                 for t in life.pending_tasks):
-            return _reply(command, ReplyStatus.OK, life.version, "task already assigned")
-        input_json = str(command.payload.get("input_json") or "null")
-        try:
-            json.loads(input_json)
-        except ValueError as exc:
-            raise InvalidCommandError("invalid_payload", f"task input is not JSON: {exc}") from exc
-        version = await tx.append(command.stream_id, [NewEvent(lc.TASK_ASSIGNED, MODULE, {
-            "task_id": task_id, "input_json": input_json})], ANY_VERSION)
-        return _reply(command, ReplyStatus.OK, version)
-
-    async def _cmd_snapshot(self, tx: TransactionScope, state: _Partition,
-                            hosted: HostedAgent | None, command: Command) -> Reply:
-        if hosted is None:
-            return _unknown(command)
-        version = await self._write_snapshot(tx, state.writer.partition, hosted)
-        return _reply(command, ReplyStatus.OK, version)
 
     # -- reacting to committed events ----------------------------------------------------
 
@@ -376,290 +251,13 @@ class AgentHost:
             if event.type == lc.AGENT_QUARANTINED:
                 metrics.QUARANTINES.labels(str(event.payload.get("reason"))).inc()
             if event.type == lc.AGENT_STARTED and not self.stopping:
-                self._spawn(state, hosted)
+                supervision.spawn(self, state, hosted)
             elif event.type in (lc.AGENT_STOPPED, lc.AGENT_QUARANTINED) and hosted.running:
                 self._detach(self._stop_agents([hosted]))
         if (hosted is not None and hosted.lifecycle.is_live
                 and hosted.events_since_snapshot >= self.config.snapshot_every):
             hosted.events_since_snapshot = 0
             self._detach(self._snapshot_later(state, hosted))
-
-    def _spawn(self, state: _Partition, hosted: HostedAgent) -> None:
-        if hosted.running:
-            return
-        self._hosted_here.add(hosted.agent_id)
-        if hosted.agent is None:
-            hosted.agent = self.registry.create(hosted.lifecycle.kind, hosted.agent_id,
-                                                hosted.lifecycle.config)
-        hosted.supervisor = asyncio.create_task(self._supervise(state, hosted),
-                                                name=f"agent-{hosted.agent_id}")
-
-    async def _supervise(self, state: _Partition, hosted: HostedAgent) -> None:
-        """Runs incarnations until the agent stops, is quarantined or the host stops."""
-        while True:
-            sink = AgentSinkImpl(hosted, state.writer)
-            hosted.incarnation_task = asyncio.create_task(
-                run_open_tasks(hosted, sink, self.services, self._on_paused))
-            error: BaseException | None = None
-            try:
-                await hosted.incarnation_task
-                return
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # the supervisor itself is stopped
-                cause = hosted.kill_cause or "cancelled"
-            except FencedError:
-                return  # the partition moved: the new owner resumes the agent
-            except Exception as exc:  # the agent crashed: that is what we are here for
-                cause, error = "exception", exc
-            hosted.kill_cause = None
-            try:
-                successor = await self._after_death(state, hosted, cause, error)
-                if successor is None:
-                    return
-                hosted = successor  # the rebuilt agent runs the next incarnation
-            except (FencedError, asyncio.CancelledError):
-                return
-            except AresError as exc:
-                log.error("agent %s: resurrection failed: %s", hosted.agent_id, exc)
-                return
-
-    async def _death_of_unhosted(self, state: _Partition, hosted: HostedAgent,
-                                 cause: str) -> None:
-        try:
-            successor = await self._after_death(state, hosted, cause, None)
-        except AresError as exc:
-            log.error("agent %s: death not handled: %s", hosted.agent_id, exc)
-            return
-        if successor is not None:
-            self._spawn(state, successor)
-
-    async def _after_death(self, state: _Partition, hosted: HostedAgent, cause: str,
-                           error: BaseException | None) -> HostedAgent | None:
-        """Record the death and decide; the rebuilt agent when a new incarnation runs."""
-        decision = self.guard.decide(hosted.lifecycle, self.stopping, time.time())
-        if isinstance(decision, Skip) and decision.reason in (
-                SkipReason.RUNTIME_STOPPING, SkipReason.STOPPED_VOLUNTARILY):
-            return None  # a stop or a shutdown cancelled it: no death to record
-        dead = NewEvent(lc.AGENT_DEAD, MODULE, lc.dead_payload(
-            hosted.lifecycle, cause, error_type=None if error is None else type(error).__name__,
-            error_message=None if error is None else str(error)[:1000],
-            traceback_digest=None if error is None else _traceback_digest(error)))
-        if isinstance(decision, Quarantine):
-            await self._append(state, hosted, [dead, NewEvent(
-                lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))], alert=(
-                "agent_quarantined", f"restart budget exhausted after "
-                f"{decision.deaths_in_window} deaths (last: {cause})", "critical",
-                {"cause": cause, "error": repr(error)[:500]}))
-            return None
-        if isinstance(decision, Skip):
-            await self._append(state, hosted, [dead])
-            return None
-        assert isinstance(decision, Resurrect)
-        return await self._resurrect(state, hosted, decision, [dead], cause)
-
-    async def _resurrect(self, state: _Partition, hosted: HostedAgent, decision: Resurrect,
-                         before: Sequence[NewEvent], cause: str) -> HostedAgent | None:
-        hosted.lifecycle = lc.mark_resurrecting(hosted.lifecycle)
-        parent = hosted.lifecycle.incarnation
-        resurrecting = NewEvent(lc.AGENT_RESURRECTING, MODULE,
-                                resurrecting_payload(hosted.lifecycle, decision, cause),
-                                metadata=decision.metadata())
-        await self._append(state, hosted, [*before, resurrecting])
-        if decision.delay_s > 0:
-            await asyncio.sleep(decision.delay_s)
-        if self.guard.recheck(hosted.lifecycle, self.stopping) is not None:
-            hosted.lifecycle = lc.clear_resurrecting(hosted.lifecycle)
-            return None
-        hosted.buffer = []
-        try:
-            replay = await self._replay_agent(state, hosted)
-        except _IntegrityFailure as failure:
-            # The log does not verify: never resume with silently partial state.
-            hosted.lifecycle = lc.clear_resurrecting(hosted.lifecycle)
-            await self._quarantine_hosted(state, hosted, failure.kind, failure.version,
-                                          failure.detail)
-            return None
-        finally:
-            buffered, hosted.buffer = hosted.buffer, None
-        record = replay.record(time.monotonic(), 0.0, verified=True)
-        fresh = replay.hosted
-        for event, offset in buffered or ():  # committed while the replay ran
-            if event.version > fresh.lifecycle.version:
-                fresh.on_event(event, offset)
-        self._install(state, hosted, fresh)
-        if self.guard.recheck(fresh.lifecycle, self.stopping) is not None:
-            return None  # stopped while it was being rebuilt
-        resumed_at = time.monotonic()
-        await self._append(state, fresh, [NewEvent(
-            lc.AGENT_RESURRECTED, MODULE,
-            record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
-                              worker=self.worker_id),
-            metadata={**record.to_metadata(), "ares.recovery.resume_ms":
-                      str(round((time.monotonic() - resumed_at) * 1000))})])
-        fresh.lifecycle = lc.clear_resurrecting(fresh.lifecycle)
-        self._recovered(record, cause)
-        return fresh
-
-    async def _replay_agent(self, state: _Partition, hosted: HostedAgent) -> AgentReplay:
-        """A single agent rebuilt from Kafka: its snapshot, then its events after it."""
-        assert self._scanner is not None
-        started = time.monotonic()
-        partition = state.writer.partition
-        snapshots = await load_snapshots(self._scanner, self.plan.name(SNAPSHOTS), partition)
-        snapshot = snapshots.get(hosted.agent_id)
-        replay = AgentReplay(hosted.agent_id, partition, snapshot, started=started,
-                             load_s=time.monotonic() - started)
-        tp = TopicPartition(self.plan.name(EVENTS), partition)
-        await self._scanner.wait_until_stable(tp, state.writer.committed_end)
-        async for offset, event in self._scanner.scan(tp, replay_start(snapshot),
-                                                      hosted.agent_id.encode()):
-            replay.feed(offset, event)
-        failure = replay.finish(state.writer.table.head(hosted.agent_id))
-        if failure is not None and failure.discard_snapshot:
-            log.warning("agent %s: snapshot discarded (%s): full replay", hosted.agent_id,
-                        failure.detail)
-            replay = AgentReplay(hosted.agent_id, partition, None, started=started)
-            async for offset, event in self._scanner.scan(tp, None, hosted.agent_id.encode()):
-                replay.feed(offset, event)
-            failure = replay.finish(state.writer.table.head(hosted.agent_id))
-        if failure is not None:
-            raise _IntegrityFailure(failure.kind, failure.version, failure.detail)
-        replay.build_agent(self.registry)
-        return replay
-
-    def _install(self, state: _Partition, old: HostedAgent, fresh: HostedAgent) -> None:
-        """The rebuilt agent takes the old one's place (same supervisor task, same flags)."""
-        if old.lifecycle.stop_requested:
-            fresh.lifecycle = lc.mark_stop_requested(fresh.lifecycle)
-        fresh.lifecycle = lc.mark_resurrecting(fresh.lifecycle)
-        fresh.supervisor = old.supervisor
-        state.agents[old.agent_id] = fresh
-        old.supervisor = None
-
-    # -- recovery of a partition ---------------------------------------------------------
-
-    async def _adopt(self, state: _Partition, replay: AgentReplay, table: StreamTable,
-                     replay_done: float) -> None:
-        """After the partition scan: verify the stream, host the agent, resume it."""
-        failure = replay.finish(table.head(replay.stream_id))
-        discarded = None
-        if failure is not None and failure.discard_snapshot:
-            discarded = failure.detail
-            replay, failure = await self._rescan(replay, None, table)
-        if not replay.hosted.lifecycle.kind:
-            return  # a stream that is no agent's
-        try:
-            if failure is None and not replay.build_agent(self.registry):
-                # Its apply needs the events the partition scan let go: read them again.
-                replay, failure = await self._rescan(replay, replay.snapshot, table)
-                if failure is None:
-                    replay.build_agent(self.registry)
-        except (UnknownAgentKindError, AgentConfigError) as exc:
-            log.error("agent %s cannot be hosted here: %s", replay.stream_id, exc)
-            state.agents[replay.stream_id] = replay.hosted
-            return
-        if failure is not None:
-            await self._quarantine_for_integrity(state, replay, failure.kind, failure.version,
-                                                 failure.detail)
-            return
-        hosted = replay.hosted
-        life = hosted.lifecycle
-        state.agents[hosted.agent_id] = hosted
-        if not life.is_live or self.stopping:
-            return
-        resume_started = time.monotonic()
-        record = replay.record(replay_done, 0.0, verified=True, discarded=discarded)
-        try:
-            await self._resume_after_recovery(state, hosted, record, resume_started)
-        except (FencedError, asyncio.CancelledError):
-            return
-
-    async def _rescan(self, replay: AgentReplay, snapshot: Snapshot | None,
-                      table: StreamTable) -> tuple[AgentReplay, VerificationFailure | None]:
-        """``replay``'s stream read again on its own (its key), from ``snapshot`` (None: from
-        the log start), every event kept for the agent's apply; and its verdict."""
-        assert self._scanner is not None
-        fresh = AgentReplay(replay.stream_id, replay.partition, snapshot)
-        tp = TopicPartition(self.plan.name(EVENTS), replay.partition)
-        async for offset, event in self._scanner.scan(tp, replay_start(snapshot),
-                                                      replay.stream_id.encode()):
-            fresh.feed(offset, event)
-        return fresh, fresh.finish(table.head(replay.stream_id))
-
-    async def _resume_after_recovery(self, state: _Partition, hosted: HostedAgent,
-                                     record: RecoveryRecord, resume_started: float) -> None:
-        life = hosted.lifecycle
-        if life.status is lc.Status.STARTING:  # resumed by an operator, not started yet
-            await self._append(state, hosted, [NewEvent(lc.AGENT_STARTED, MODULE, {
-                "kind": life.kind, "config_json": life.config_json,
-                "incarnation": life.incarnation + 1, "worker": self.worker_id})])
-            return
-        moved = life.worker is not None and (
-            life.worker in self._live_workers and not (
-                life.worker == self.worker_id and hosted.agent_id not in self._hosted_here))
-        if life.last_event_type == HANDED_OFF or (life.status is lc.Status.RUNNING and moved):
-            before: list[NewEvent] = []  # its worker is alive: handed over, not dead
-            cause = "handoff" if life.last_event_type == HANDED_OFF else "rebalance"
-        elif life.status is lc.Status.RUNNING:
-            before = [NewEvent(lc.AGENT_DEAD, MODULE, lc.dead_payload(life, "worker_lost"))]
-            cause = "worker_lost"
-        else:  # dead or resurrecting when its worker went away
-            before, cause = [], life.last_death_cause or "worker_lost"
-        if cause not in ("handoff", "rebalance"):
-            decision = self.guard.decide(life, False, time.time())
-            if isinstance(decision, Quarantine):
-                await self._append(state, hosted, [*before, NewEvent(
-                    lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))])
-                return
-            if not isinstance(decision, Resurrect):
-                if before:
-                    await self._append(state, hosted, before)
-                return
-            before.append(NewEvent(lc.AGENT_RESURRECTING, MODULE,
-                                   resurrecting_payload(life, decision, cause),
-                                   metadata=decision.metadata()))
-        parent = life.incarnation
-        metadata = {**record.to_metadata(), "ares.recovery.cause": cause,
-                    "ares.recovery.resume_ms":
-                    str(round((time.monotonic() - resume_started) * 1000))}
-        await self._append(state, hosted, [*before, NewEvent(
-            lc.AGENT_RESURRECTED, MODULE,
-            record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
-                              worker=self.worker_id), metadata=metadata)])
-        self._recovered(record, cause)
-        self._spawn(state, hosted)
-
-    async def _quarantine_for_integrity(self, state: _Partition, replay: AgentReplay,
-                                        kind: str, version: int, detail: str) -> None:
-        hosted = replay.hosted
-        state.agents[hosted.agent_id] = hosted
-        if replay.quarantined_after_failure:
-            return  # an earlier recovery quarantined it already: one verdict, one alert
-        await self._quarantine_hosted(state, hosted, kind, version, detail)
-
-    async def _quarantine_hosted(self, state: _Partition, hosted: HostedAgent, kind: str,
-                                 version: int, detail: str) -> None:
-        message = f"integrity failure at version {version}: {kind}: {detail}"
-        log.error("agent %s: %s", hosted.agent_id, message)
-        if hosted.lifecycle.status is lc.Status.QUARANTINED:
-            return
-        hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
-        await self._append(state, hosted, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
-            "reason": f"integrity:{kind}", "deaths": 0})], alert=(
-            "integrity_failure", message, "critical", {"kind": kind, "version": version}))
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def _recovered(self, record: RecoveryRecord, cause: str) -> None:
-        self.recoveries.append(record)
-        metrics.RESURRECTIONS.labels(cause).inc()
-        for phase, seconds in (("load", record.load_s), ("replay", record.replay_s),
-                               ("resume", record.resume_s)):
-            if seconds is not None:
-                metrics.RECOVERY_SECONDS.labels(phase).observe(seconds)
-        self._count_agents()
 
     def _count_agents(self) -> None:
         counts: dict[str, int] = {status.value: 0 for status in lc.Status}
@@ -820,40 +418,5 @@ def _seed_from(checkpoint: Snapshot | None,
     return table, start
 
 
-class _IntegrityFailure(AresError):
-    def __init__(self, kind: str, version: int, detail: str) -> None:
-        super().__init__(f"{kind} at version {version}: {detail}")
-        self.kind, self.version, self.detail = kind, version, detail
-
-
 async def _nothing(tx: TransactionScope) -> None:
     """A work item that only waits its turn: everything queued before it has committed."""
-
-
-def _reply(command: Command, status: ReplyStatus, version: int = 0,
-           message: str = "") -> Reply:
-    return Reply(command.id, status, command.stream_id, version, message=message)
-
-
-def _unknown(command: Command) -> Reply:
-    return _reply(command, ReplyStatus.REJECTED,
-                  message=f"no agent {command.stream_id!r} (start it with `ares agents start`)")
-
-
-def _traceback_digest(error: BaseException) -> str:
-    """Where it died, not the exact text: frames (file, function) hashed, for fingerprints."""
-    frames = traceback.extract_tb(error.__traceback__)
-    shape = "|".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.name}" for f in frames)
-    return hashlib.sha256(f"{type(error).__name__}|{shape}".encode()).hexdigest()[:16]
-
-
-_HANDLERS = {
-    "agent.start": AgentHost._cmd_start,
-    "agent.stop": AgentHost._cmd_stop,
-    "agent.kill": AgentHost._cmd_kill,
-    "agent.declare_dead": AgentHost._cmd_kill,
-    "agent.quarantine": AgentHost._cmd_quarantine,
-    "agent.resume": AgentHost._cmd_resume,
-    "task.assign": AgentHost._cmd_assign,
-    "snapshot.request": AgentHost._cmd_snapshot,
-}
