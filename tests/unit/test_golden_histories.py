@@ -39,7 +39,8 @@ from ares.events.schemas import EVENT, registry
 from ares.examples import REGISTRY, evidence
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
-from ares.lifecycle.recovery import StreamVerifier, state_hash
+from ares.lifecycle.recovery import state_hash
+from ares.lifecycle.verification import StreamVerifier
 from ares.llm.base import LlmResult
 from ares.views.agents import agent_view
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 PURE = ["ares.lifecycle", "ares.lifecycle.state", "ares.lifecycle.genealogy",
-        "ares.lifecycle.recovery", "ares.lifecycle.backoff", "ares.views", "ares.views.agents"]
+        "ares.lifecycle.recovery", "ares.lifecycle.verification", "ares.lifecycle.events",
+        "ares.lifecycle.backoff", "ares.views", "ares.views.agents"]
 FORBIDDEN = ("aiokafka", "asyncpg", "aiohttp", "ares.events.kafka_", "ares.runtime_manager",
              "ares.health_checker", "ares.compactor", "ares.replay_reader")
 

@@ -27,7 +27,7 @@ from rich.table import Table
 from ares.agents.registry import build_registry
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
-from ares.lifecycle.recovery import VerificationFailure
+from ares.lifecycle.verification import VerificationFailure
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.session import ReplaySession, ReplayStep, ReplaySummary, failure_json
 from ares.replay_reader.wiring import ENV_SCHEMA, CompactedSummaries, Topics, open_reader

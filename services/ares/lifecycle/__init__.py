@@ -2,10 +2,12 @@
 
 What every service reads of an agent's life, in one place:
 
+    events       the lifecycle's event types, defined once
     state        AgentLifecycle and its fold over an agent's events (status, incarnation,
-                 restarts, the task queue), the lifecycle event types
+                 restarts, the task queue)
     genealogy    every incarnation of an agent: parent, start, end, cause of death
-    recovery     recovery records, the stream verifier, state hashes, partition checkpoints
+    recovery     recovery plans and records, snapshot checks, state hashes, checkpoints
+    verification the stream verifier a replay runs each event through
     backoff      the resurrection back-off policy (exponential, with jitter)
 
 The runtime manager, health checker, compactor, replay reader, views and demo import these

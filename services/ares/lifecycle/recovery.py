@@ -26,16 +26,17 @@ and skips the events the snapshot covers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ares.events.canonical import canonical_json
-from ares.events.chain import ChainError, verify_chain
 from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
+
+if TYPE_CHECKING:
+    from ares.lifecycle.verification import StreamVerifier
 
 # The snapshot key and kind of a partition checkpoint (the heads of every stream of the
 # partition at an offset): a snapshot that is no agent's, kept in ares.snapshots.
@@ -129,6 +130,8 @@ class RecoveryPlan:
         """A verifier for a live planned stream; None for the others, whose events the
         scan does not route (a stream unknown to the plan may have begun before
         ``seek_offset``: plan it, and rescan, rather than guess)."""
+        from ares.lifecycle.verification import StreamVerifier  # it reads this module's plans
+
         plan = self.streams.get(stream_id)
         if plan is None or not plan.live:
             return None
@@ -283,138 +286,6 @@ def validate_snapshot(snapshot: SnapshotRef, first_event_after: Event | None,
     return SnapshotCheck()
 
 
-# -- verification ------------------------------------------------------------------------
-
-SNAPSHOT_MISMATCH = "snapshot_mismatch"
-TRUNCATED = "truncated"
-HEAD_MISMATCH = "head_mismatch"
-
-
-class Feed(StrEnum):
-    APPLY = "apply"  # verified: fold it into the agent's state
-    SKIP = "skip"  # covered by the snapshot
-    FAILED = "failed"  # the stream failed verification (now or earlier): stop applying
-
-
-@dataclass(frozen=True, slots=True)
-class VerificationFailure:
-    """The first failure of a stream. ``kind``: a ``ChainError`` kind (gap, duplicate,
-    prev_hash_mismatch, hash_mismatch, foreign_stream, unsealable), ``truncated`` or
-    ``head_mismatch`` (the replay did not reach the expected head), or
-    ``snapshot_mismatch`` (the log contradicts the snapshot: discard it and replay the
-    stream in full; every other kind quarantines the agent with an integrity alert)."""
-
-    stream_id: str
-    version: int
-    kind: str
-    detail: str
-
-    @property
-    def discard_snapshot(self) -> bool:
-        return self.kind == SNAPSHOT_MISMATCH
-
-
-class StreamVerifier:
-    """Checks one stream's events as a scan meets them, from genesis or a snapshot.
-
-    ``feed`` each event of the stream in log order; ``finish`` at the high watermark. Events
-    the snapshot covers are skipped (the one at its version anchors it); then each event
-    must continue the chain: next version, ``prev_hash`` of the head, content hash.
-    """
-
-    def __init__(self, stream_id: str, snapshot: SnapshotRef | None = None, *,
-                 check_hashes: bool = True, codec: Codec | None = None) -> None:
-        self.stream_id = stream_id
-        self.snapshot = None if snapshot is None else SnapshotInfo.of(snapshot)
-        self.head = StreamHead() if self.snapshot is None else self.snapshot.head
-        self.applied = 0
-        self.failure: VerificationFailure | None = None
-        self._anchored = self.snapshot is None
-        self._check_hashes = check_hashes
-        self._codec = codec
-
-    @property
-    def verified(self) -> bool:
-        """No failure so far (final only after ``finish``)."""
-        return self.failure is None
-
-    def feed(self, event: Event) -> Feed:
-        if self.failure is not None:
-            return Feed.FAILED
-        if event.stream_id != self.stream_id:
-            return self._fail(event.version, FOREIGN_STREAM, f"event {event.id} belongs to "
-                              f"stream {event.stream_id!r}")
-        if not self._anchored:
-            assert self.snapshot is not None
-            if event.version < self.snapshot.version:
-                return Feed.SKIP
-            check = validate_snapshot(self.snapshot, event)
-            if not check.ok:
-                return self._fail(event.version, SNAPSHOT_MISMATCH, check.describe())
-            self._anchored = True
-            if event.version == self.snapshot.version:
-                return Feed.SKIP
-        try:
-            self.head = verify_chain([event], self.head, check_hashes=self._check_hashes,
-                                     codec=self._codec)
-        except ChainError as exc:
-            return self._fail(exc.version, exc.kind, str(exc))
-        self.applied += 1
-        return Feed.APPLY
-
-    def feed_many(self, events: Sequence[Event]) -> list[Feed]:
-        """``feed`` for consecutive events of the stream (a fetched batch grouped by
-        stream): the same verdicts, with one ``verify_chain`` call for the run after the
-        snapshot instead of one per event (about half the cost per event)."""
-        results: list[Feed] = []
-        i = 0
-        while i < len(events) and (not self._anchored or self.failure is not None):
-            results.append(self.feed(events[i]))
-            i += 1
-        rest = events[i:]
-        if not rest:
-            return results
-        if rest[0].stream_id == self.stream_id:
-            try:
-                head = verify_chain(rest, self.head, check_hashes=self._check_hashes,
-                                    codec=self._codec)
-            except ChainError:
-                pass  # find the failing event one by one (rare): same verdicts as feed
-            else:
-                self.head = head
-                self.applied += len(rest)
-                return [*results, *([Feed.APPLY] * len(rest))]
-        return [*results, *(self.feed(event) for event in rest)]
-
-    def finish(self, expected: StreamHead | None = None) -> VerificationFailure | None:
-        """The stream's verdict at the end of the replay; ``expected`` is its head as the
-        writer knows it (truncation: the replay stopped short of it)."""
-        if self.failure is not None:
-            return self.failure
-        if not self._anchored:
-            assert self.snapshot is not None
-            check = validate_snapshot(self.snapshot, None, expected)
-            if not check.ok:
-                self._fail(self.snapshot.version, SNAPSHOT_MISMATCH, check.describe())
-                return self.failure
-            self._anchored = True
-        if expected is not None and self.head != expected:
-            if self.head.version < expected.version:
-                self._fail(self.head.version + 1, TRUNCATED,
-                           f"replay ended at version {self.head.version}, the stream is at "
-                           f"{expected.version}")
-            else:
-                self._fail(self.head.version, HEAD_MISMATCH,
-                           f"replay ended at version {self.head.version} "
-                           f"({self.head.hash[:16]}...), the writer's head is version "
-                           f"{expected.version} ({expected.hash[:16]}...)")
-        return self.failure
-
-    def _fail(self, version: int, kind: str, detail: str) -> Feed:
-        self.failure = VerificationFailure(self.stream_id, version, kind, detail)
-        return Feed.FAILED
-
-
 # -- the recovery record -----------------------------------------------------------------
 
 
@@ -524,9 +395,8 @@ def _as_int(value: Any) -> int | None:
 
 
 __all__ = [
-    "AHEAD_OF_LOG", "FOREIGN_STREAM", "HASH_MISMATCH", "HEAD_MISMATCH", "INVALID_OFFSET",
-    "SNAPSHOT_MISMATCH", "TRUNCATED", "UNVERIFIED", "VERSION_MISMATCH", "Feed",
-    "KnownStream", "RecoveryPlan", "RecoveryRecord", "SnapshotCheck",
-    "SnapshotInfo", "SnapshotRef", "StreamPlan", "StreamVerifier", "VerificationFailure",
-    "plan_recovery", "state_hash", "validate_snapshot",
+    "AHEAD_OF_LOG", "FOREIGN_STREAM", "HASH_MISMATCH", "INVALID_OFFSET", "UNVERIFIED",
+    "VERSION_MISMATCH", "KnownStream", "RecoveryPlan", "RecoveryRecord", "SnapshotCheck",
+    "SnapshotInfo", "SnapshotRef", "StreamPlan", "plan_recovery", "state_hash",
+    "validate_snapshot",
 ]

@@ -27,12 +27,8 @@ from ares.errors import AresError
 from ares.events.model import Event
 from ares.events.ports import EventSource, SummaryAnchor, SummarySource
 from ares.lifecycle import state as lc
-from ares.lifecycle.recovery import (
-    Feed,
-    SnapshotInfo,
-    StreamVerifier,
-    VerificationFailure,
-)
+from ares.lifecycle.recovery import SnapshotInfo
+from ares.lifecycle.verification import Feed, StreamVerifier, VerificationFailure
 from ares.replay_reader.fold import FoldedState, StateFolder
 from ares.replay_reader.source import NoSummaries, anchor_for
 

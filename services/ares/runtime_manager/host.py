@@ -40,11 +40,7 @@ from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
-from ares.lifecycle.recovery import (
-    CHECKPOINT_KEY,
-    CHECKPOINT_KIND,
-    RecoveryRecord,
-)
+from ares.lifecycle.recovery import CHECKPOINT_KEY, CHECKPOINT_KIND, RecoveryRecord
 from ares.runtime_manager import supervision
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.guard import (

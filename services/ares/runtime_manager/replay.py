@@ -21,14 +21,9 @@ from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
 from ares.lifecycle import events as ev
-from ares.lifecycle.recovery import (
-    Feed,
-    RecoveryRecord,
-    StreamVerifier,
-    VerificationFailure,
-    state_hash,
-)
+from ares.lifecycle.recovery import RecoveryRecord, state_hash
 from ares.lifecycle.state import AgentLifecycle
+from ares.lifecycle.verification import Feed, StreamVerifier, VerificationFailure
 from ares.runtime_manager.hosted import HostedAgent
 
 

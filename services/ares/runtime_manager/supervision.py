@@ -28,10 +28,8 @@ from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import StreamTable
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
-from ares.lifecycle.recovery import (
-    RecoveryRecord,
-    VerificationFailure,
-)
+from ares.lifecycle.recovery import RecoveryRecord
+from ares.lifecycle.verification import VerificationFailure
 from ares.runtime_manager.guard import (
     Quarantine,
     Resurrect,

@@ -15,21 +15,23 @@ from ares.lifecycle.recovery import (
     AHEAD_OF_LOG,
     FOREIGN_STREAM,
     HASH_MISMATCH,
-    HEAD_MISMATCH,
-    SNAPSHOT_MISMATCH,
-    TRUNCATED,
     UNVERIFIED,
     VERSION_MISMATCH,
-    Feed,
     KnownStream,
     RecoveryRecord,
     SnapshotInfo,
-    StreamVerifier,
     plan_recovery,
     state_hash,
     validate_snapshot,
 )
 from ares.lifecycle.state import AgentLifecycle, fold, from_events
+from ares.lifecycle.verification import (
+    HEAD_MISMATCH,
+    SNAPSHOT_MISMATCH,
+    TRUNCATED,
+    Feed,
+    StreamVerifier,
+)
 from tests.unit.runtime.streams import PartitionLog, Stream
 
 

@@ -13,8 +13,8 @@ from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
 from ares.events.model import Event, StreamHead
 from ares.events.snapshots import Snapshot
-from ares.lifecycle.recovery import Feed, StreamVerifier, VerificationFailure
 from ares.lifecycle.state import from_events
+from ares.lifecycle.verification import Feed, StreamVerifier, VerificationFailure
 from ares.runtime_manager import replay as replay_module
 from ares.runtime_manager.hosted import HostedAgent
 from ares.runtime_manager.replay import AgentReplay
