@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -31,7 +30,6 @@ from ares.commands.model import (
     ReplyStatus,
     with_command_metadata,
 )
-from ares.commands.policy import SETTING as ISSUERS_SETTING
 from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
@@ -39,9 +37,9 @@ from ares.events.dlq import DeadLetter
 from ares.events.groups import describe_group, runtime_group
 from ares.events.kafka_errors import translate
 from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.kafka_store import open_writer
 from ares.events.partition_writer import PartitionWriter, TransactionScope
-from ares.events.routing import partition_for
+from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
+from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
@@ -51,58 +49,6 @@ HEARTBEAT_INTERVAL_MS = 1000
 # A partition whose takeover failed (a hanging transaction, the broker away) is tried again
 # this often while it stays assigned: an operator's fix brings it back without a restart.
 TAKEOVER_RETRY_S = 10.0
-
-
-class PartitionHost(Protocol):
-    """What the owner delegates: recovering partitions and the commands that are not plain
-    appends (agent lifecycle, tasks...). ``StreamsOnly`` hosts no agents."""
-
-    async def open_partition(self, partition: int, scanner: PartitionScanner,
-                             live_workers: frozenset[str]) -> PartitionWriter: ...
-
-    async def suspend_partition(self, partition: int) -> None: ...
-
-    async def resume_partition(self, partition: int) -> None: ...
-
-    async def release_partition(self, partition: int) -> None: ...
-
-    async def handle(self, tx: TransactionScope, command: Command) -> Reply: ...
-
-    async def drain(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class StreamsOnly:
-    """A runtime manager without agents: the event store's write side alone."""
-
-    def __init__(self, settings: Settings, plan: TopicPlan) -> None:
-        self._settings = settings
-        self._topic = plan.name(EVENTS)
-
-    async def open_partition(self, partition: int, scanner: PartitionScanner,
-                             live_workers: frozenset[str]) -> PartitionWriter:
-        return await open_writer(self._settings, self._topic, partition, scanner)
-
-    async def suspend_partition(self, partition: int) -> None:
-        return None
-
-    async def resume_partition(self, partition: int) -> None:
-        return None
-
-    async def release_partition(self, partition: int) -> None:
-        return None
-
-    async def handle(self, tx: TransactionScope, command: Command) -> Reply:
-        return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                     message=f"command {command.type!r} needs an agent host; this runtime "
-                             "manager runs without one (--agents)")
-
-    async def drain(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -136,6 +82,8 @@ class PartitionOwner:
         self.ready = asyncio.Event()
         self.dead_letters = 0
         self.issuers = IssuerPolicy.parse(settings.command_issuers)
+        self.gate = Gate(settings.max_record_bytes, plan.partitions,
+                         plan.topic(REPLIES).partitions, plan.name(REPLIES), self.issuers)
         self._instance_id = instance_id
         # Our member's client id in the group: the worker id other members see.
         self.client_id = client_id or instance_id or "ares-runtime"
@@ -423,48 +371,22 @@ class PartitionOwner:
 
     async def _handle_command(self, tx: TransactionScope, tp: TopicPartition,
                               record: ConsumerRecord) -> None:
-        value: bytes | None = record.value
-        if value is None:
-            await self._dead_letter(tx, tp, record, "empty", "the record has no value")
-            return
-        if len(value) > self.settings.max_record_bytes:
-            await self._dead_letter(tx, tp, record, "oversized",
-                                    f"{len(value)} bytes, over the {self.settings.max_record_bytes}"
-                                    "-byte limit (ARES_MAX_RECORD_BYTES)")
+        value = self.gate.admit_raw(record.value)
+        if isinstance(value, Refused):
+            await self._dead_letter(tx, tp, record, value.reason, value.detail)
             return
         command = Command.decode(value)
-        if record.key != command.stream_id.encode():
-            await self._dead_letter(tx, tp, record, "key_mismatch",
-                                    f"record key {record.key!r} is not the command's stream id "
-                                    f"{command.stream_id!r}")
+        verdict = self.gate.admit(command, record.key, tp.partition, int(time.time() * 1000))
+        if isinstance(verdict, Refused):
+            await self._dead_letter(tx, tp, record, verdict.reason, verdict.detail)
+            if verdict.reply is not None:
+                await self._reply(tx, command, verdict.reply)
             return
-        home = partition_for(command.stream_id, self.plan.partitions)
-        if home != tp.partition:
-            # A producer with another partitioner (librdkafka's default): forward, never drop.
-            await tx.send(self.commands_topic, value, key=record.key, partition=home,
+        if isinstance(verdict, Forward):
+            await tx.send(self.commands_topic, value, key=record.key, partition=verdict.partition,
                           headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
             return
-        if self.issuers is not None and not self.issuers.allows(
-                command.issuer, command.stream_id, command.type):
-            # Before anything runs, like a bad reply_to: refused whole, with the evidence.
-            await self._dead_letter(tx, tp, record, "unauthorised_issuer",
-                                    f"issuer {command.issuer!r} may not send {command.type} "
-                                    f"to {command.stream_id!r} ({ISSUERS_SETTING})")
-            if command.reply_to is not None and self._valid_reply_to(command.reply_to):
-                await self._reply(tx, command, Reply(
-                    command.id, ReplyStatus.REJECTED, command.stream_id,
-                    message=f"issuer {command.issuer!r} may not send {command.type} to "
-                            f"{command.stream_id!r}"))
-            return
-        if command.reply_to is not None and not self._valid_reply_to(command.reply_to):
-            # Checked before anything runs: a command is either applied and answered, or
-            # rejected whole — never applied with its answer lost.
-            await self._dead_letter(tx, tp, record, "invalid_reply_to",
-                                    f"reply_to {command.reply_to!r} is not a partition of "
-                                    f"{self.replies_topic}")
-            return
-        if command.expired(int(time.time() * 1000)):
-            # Its sender gave up and said so (exit 4): running it now would surprise them.
+        if isinstance(verdict, Expired):
             log.info("dropping expired command %s (%s for %s)", command.id, command.type,
                      command.stream_id)
             reply = Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
@@ -499,9 +421,6 @@ class PartitionOwner:
             await self._dead_letter(tx, tp, record, exc.reason, exc.detail)
             return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
                          message=str(exc))
-
-    def _valid_reply_to(self, reply_to: str) -> bool:
-        return reply_to.isdigit() and int(reply_to) < self.plan.topic(REPLIES).partitions
 
     async def _reply(self, tx: TransactionScope, command: Command, reply: Reply) -> None:
         partition = int(command.reply_to or "0")
