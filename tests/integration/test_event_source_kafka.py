@@ -115,11 +115,15 @@ async def open_reader(es_settings: Settings, plan: TopicPlan,
         assert reader.index is None or reader.fallbacks == 0
 
 
-class TestKafkaStreamReaderScanning(EventSourceContract):
+class _OnTheBroker(EventSourceContract):
+    """Every Kafka adapter reads streams written to the same PARTITIONS-partition topics."""
+
     @pytest.fixture
     def partitions(self) -> int:
         return PARTITIONS
 
+
+class TestKafkaStreamReaderScanning(_OnTheBroker):
     @pytest.fixture
     def source_of(self, writer: KafkaEventStore,  # type: ignore[override]
                   open_reader: OpenReader) -> SourceOf:
@@ -130,11 +134,7 @@ class TestKafkaStreamReaderScanning(EventSourceContract):
         return of
 
 
-class TestKafkaStreamReaderIndexed(EventSourceContract):
-    @pytest.fixture
-    def partitions(self) -> int:
-        return PARTITIONS
-
+class TestKafkaStreamReaderIndexed(_OnTheBroker):
     @pytest.fixture
     def source_of(self, es_settings: Settings, plan: TopicPlan,  # type: ignore[override]
                   writer: KafkaEventStore, index: ProjectionStore,
@@ -147,13 +147,9 @@ class TestKafkaStreamReaderIndexed(EventSourceContract):
         return of
 
 
-class TestKafkaStreamReaderIndexTail(EventSourceContract):
+class TestKafkaStreamReaderIndexTail(_OnTheBroker):
     """The projector indexed the first half of each stream only: the rest is read by
     scanning the partition from where the index ends."""
-
-    @pytest.fixture
-    def partitions(self) -> int:
-        return PARTITIONS
 
     @pytest.fixture
     def source_of(self, es_settings: Settings, plan: TopicPlan,  # type: ignore[override]
@@ -169,11 +165,7 @@ class TestKafkaStreamReaderIndexTail(EventSourceContract):
         return of
 
 
-class TestSummarisedReader(EventSourceContract):
-    @pytest.fixture
-    def partitions(self) -> int:
-        return PARTITIONS
-
+class TestSummarisedReader(_OnTheBroker):
     @pytest.fixture
     async def source_of(self, es_settings: Settings,  # type: ignore[override]
                         plan: TopicPlan,

@@ -17,7 +17,6 @@ import signal
 import sys
 import time
 from collections.abc import AsyncGenerator, Iterator
-from typing import TypeVar
 
 import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -36,9 +35,6 @@ from ares.events.model import Direction, Event, EventFilter
 from ares.logs import quiet_aiokafka
 from ares.topics import DLQ, EVENTS, TopicPlan, load_topics
 
-T = TypeVar("T")
-
-# PartitionScanner.partitions waits up to 5 s for a topic created a moment ago.
 _FETCH_TIMEOUT_MS = 500
 
 _JSON_HELP = "one JSON object per line (JSON Lines)"
