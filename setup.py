@@ -60,8 +60,9 @@ class RecordingBuildExt(build_ext):  # type: ignore[misc]  # setuptools is untyp
         super().run()
         if not self.extensions:
             return
-        # ares/events/<module>.<abi>.so -> the ``ares`` package directory of this build
-        package_dir = Path(self.get_ext_fullpath(NATIVE["NATIVE_MODULES"][0])).parents[1]
+        # ares/<package>/.../<module>.<abi>.so -> the ``ares`` package directory of this build
+        first: str = NATIVE["NATIVE_MODULES"][0]
+        package_dir = Path(self.get_ext_fullpath(first)).parents[first.count(".") - 1]
         record = package_dir / NATIVE["BUILD_RECORD"]
         if self._failed:
             record.unlink(missing_ok=True)  # what is left from before must not look fresh

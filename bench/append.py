@@ -42,13 +42,13 @@ from aiokafka import AIOKafkaProducer
 from fastavro import schemaless_writer
 
 from ares.config import Settings
-from ares.events.canonical import canonical_json
 from ares.events.chain import seal_encoded
-from ares.events.codec import HEADER_SIZE, default_codec
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.routing import partition_for
-from ares.events.schemas import EVENT, JSON_PAYLOAD
+from ares.events.wire.canonical import canonical_json
+from ares.events.wire.codec import HEADER_SIZE, default_codec
+from ares.events.wire.schemas import EVENT, JSON_PAYLOAD
 
 if __package__ in (None, ""):  # python bench/append.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

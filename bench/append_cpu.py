@@ -30,8 +30,8 @@ from typing import Any
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
-from ares.events.partition_writer import PartitionWriter
+from ares.events.kafka.partition_writer import PartitionWriter
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.writer import StreamTable
 from ares.gc_policy import apply_gc_policy
 

@@ -31,9 +31,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from ares import native
 from ares.config import Settings
 from ares.events.chain import seal_encoded
-from ares.events.kafka_retry import connect
+from ares.events.kafka.retry import connect
+from ares.events.kafka.routing import partition_for
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.routing import partition_for
 from ares.gc_policy import apply_gc_policy
 from ares.topics.loader import load_topics
 

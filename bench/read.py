@@ -33,10 +33,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastavro import schemaless_reader
 
 from ares.config import Settings
-from ares.events.codec import HEADER_SIZE, default_codec
-from ares.events.kafka_reader import new_consumer
-from ares.events.kafka_store import KafkaEventStore
-from ares.events.schemas import EVENT
+from ares.events.kafka.reader import new_consumer
+from ares.events.kafka.store import KafkaEventStore
+from ares.events.wire.codec import HEADER_SIZE, default_codec
+from ares.events.wire.schemas import EVENT
 
 if __package__ in (None, ""):  # python bench/read.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -56,12 +56,12 @@ from ares.client import Client
 from ares.config import Settings
 from ares.demo.processes import ServiceProcess
 from ares.events.chain import seal_encoded
-from ares.events.codec import Codec, decode_event
-from ares.events.groups import runtime_group, until_group_settled
-from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.kafka_retry import connect
+from ares.events.kafka.groups import runtime_group, until_group_settled
+from ares.events.kafka.reader import PartitionScanner, new_consumer
+from ares.events.kafka.retry import connect
+from ares.events.kafka.snapshots import load_snapshots
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.snapshots import load_snapshots
+from ares.events.wire.codec import Codec, decode_event
 from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.replay import replay_start

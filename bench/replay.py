@@ -35,9 +35,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastavro import schemaless_reader
 
 from ares.config import Settings
-from ares.events.codec import HEADER_SIZE, default_codec
-from ares.events.kafka_reader import new_consumer
-from ares.events.schemas import EVENT
+from ares.events.kafka.reader import new_consumer
+from ares.events.wire.codec import HEADER_SIZE, default_codec
+from ares.events.wire.schemas import EVENT
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector

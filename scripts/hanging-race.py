@@ -36,7 +36,7 @@ from ares.devenv import kafka as dev_kafka
 from ares.devenv.process import pid_alive
 from ares.errors import AresError
 from ares.events.chain import verify_chain
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.topics import EVENTS, apply_topics, load_topics
 

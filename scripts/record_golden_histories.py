@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT / "services"))
 from tests.unit import test_golden_histories as golden  # noqa: E402
 
 from ares.agents import LocalRuntime  # noqa: E402
-from ares.events.codec import default_codec  # noqa: E402
 from ares.events.memory import MemoryEventStore  # noqa: E402
 from ares.events.model import ANY_VERSION, Direction, Event, NewEvent  # noqa: E402
-from ares.events.schemas import EVENT, registry  # noqa: E402
+from ares.events.wire.codec import default_codec  # noqa: E402
+from ares.events.wire.schemas import EVENT, registry  # noqa: E402
 from ares.examples import ChatAgent, PipelineAgent, evidence  # noqa: E402
 from ares.examples.pipeline import InjectedCrash  # noqa: E402
 from ares.lifecycle import events as ev  # noqa: E402

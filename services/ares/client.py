@@ -27,11 +27,11 @@ from ares.commands.model import (
 )
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
-from ares.events.canonical import canonical_json
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import new_consumer, topic_partitions
-from ares.events.kafka_retry import connect
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import new_consumer, topic_partitions
+from ares.events.kafka.retry import connect
 from ares.events.model import ANY_VERSION, NewEvent
+from ares.events.wire.canonical import canonical_json
 from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 

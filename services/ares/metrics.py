@@ -72,7 +72,7 @@ EVENTS_APPENDED = Counter(
 TRANSACTIONS = Counter(
     "ares_transactions_total", "Transactions of the partition writers, by outcome",
     ["outcome"])
-# Observed once per appended event (ares.events.partition_writer).
+# Observed once per appended event (ares.events.kafka.partition_writer).
 APPEND_LATENCY = HotPathHistogram(
     "ares_append_latency_seconds", "From an append's submission to its commit",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))

@@ -38,13 +38,13 @@ from types import ModuleType
 
 # Compiled together (one shared library: calls between them are C calls).
 NATIVE_MODULES: tuple[str, ...] = (
-    "ares.events.envelope",
-    "ares.events.canonical",
+    "ares.events.wire.envelope",
+    "ares.events.wire.canonical",
     "ares.events.chain",
-    "ares.events.codec",
+    "ares.events.wire.codec",
     "ares.events.writer",
-    "ares.events.batch_future",
-    "ares.events.partition_writer",
+    "ares.events.kafka.batch_future",
+    "ares.events.kafka.partition_writer",
 )
 
 _SERVICES = Path(__file__).resolve().parent.parent  # the directory that holds ``ares``

@@ -24,12 +24,12 @@ from ares.chaos.toxiproxy import free_port
 from ares.config import Settings
 from ares.devenv import kafka as dev_kafka
 from ares.errors import AresError, IntegrityError
-from ares.events import kafka_store
 from ares.events.chain import seal_encoded, verify_chain
-from ares.events.kafka_reader import PartitionScanner
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka import store as kafka_store
+from ares.events.kafka.partition_writer import transactional_id
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent, StreamHead
-from ares.events.partition_writer import transactional_id
 from ares.topics import COMMANDS, EVENTS, TopicPlan
 from tests.support.kafka import (
     UNVERIFIED_TRANSACTIONS,
@@ -110,7 +110,7 @@ async def test_a_takeover_completes_its_writers_hanging_transaction_as_decided(
     before = _completed(decision)
     events = await _hang(settings, plan, commit=commit)
 
-    with caplog.at_level(logging.WARNING, logger="ares.events.kafka_store"):
+    with caplog.at_level(logging.WARNING, logger="ares.events.kafka.store"):
         store = await asyncio.wait_for(KafkaEventStore.open(settings, topic=events.topic),
                                        FOREVER_S / 10)
     try:

@@ -20,10 +20,10 @@ import pytest
 
 from ares.client import Client
 from ares.config import Settings
-from ares.events import kafka_store
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka import store as kafka_store
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
-from ares.events.routing import partition_for
 from ares.runtime_manager import owner as owner_module
 from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import EVENTS

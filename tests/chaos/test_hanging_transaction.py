@@ -23,7 +23,7 @@ import uuid
 from ares.config import Settings
 from ares.errors import AresError
 from ares.events.chain import verify_chain
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.topics import EVENTS
 from tests.support.kafka import applied_topics, undecided_record

@@ -7,7 +7,7 @@ to the same expected bytes: a writer that re-seals them (the Kafka store) must a
 same hashes.
 
 A subclass whose backend spreads streams over partitions overrides ``partitions``: the
-leak tests pick stream ids that land on one partition (``ares.events.routing``).
+leak tests pick stream ids that land on one partition (``ares.events.kafka.routing``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ares.events.chain import seal, verify_chain
+from ares.events.kafka.routing import partition_for
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.ports import EventSource
-from ares.events.routing import partition_for
 
 Streams = Mapping[str, Sequence[Event]]
 SourceOf = Callable[[Streams], Awaitable[EventSource]]

@@ -28,12 +28,12 @@ from click.testing import CliRunner, Result
 
 from ares.cli import cli
 from ares.config import Settings
-from ares.events.codec import encode
-from ares.events.dlq import DeadLetter
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.dlq import DeadLetter
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event, NewEvent
-from ares.events.routing import partition_for
-from ares.events.schemas import COMMAND, EVENT
+from ares.events.wire.codec import encode
+from ares.events.wire.schemas import COMMAND, EVENT
 from ares.topics import COMMANDS, DLQ, EVENTS, apply_topics, delete_topics, load_topics
 
 PARTITIONS = 2

@@ -10,7 +10,7 @@ import pytest
 
 from ares.client import Client, CommandRejectedError
 from ares.config import Settings
-from ares.events.dlq import DeadLetter
+from ares.events.kafka.dlq import DeadLetter
 from ares.events.model import NewEvent
 from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import DLQ, TopicPlan

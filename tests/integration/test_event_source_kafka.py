@@ -21,13 +21,13 @@ from typing import cast
 import asyncpg
 import pytest
 
-from ares.compactor.reader import SummarisedReader
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.ports import EventSource
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
+from ares.summaries.reader import SummarisedReader
 from ares.topics import EVENTS, TopicPlan
 from tests.contract.event_source import (
     EventSourceContract,

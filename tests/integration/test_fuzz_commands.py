@@ -43,11 +43,11 @@ from ares.client import Client, CommandRejectedError
 from ares.commands.model import Command, Reply, ReplyStatus, append_command
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import HEADER_SIZE
-from ares.events.dlq import DeadLetter
+from ares.events.kafka.dlq import DeadLetter
+from ares.events.kafka.routing import partition_for
 from ares.events.model import NewEvent
-from ares.events.routing import partition_for
-from ares.events.schemas import COMMAND, COMMAND_PAYLOADS, registry
+from ares.events.wire.codec import HEADER_SIZE
+from ares.events.wire.schemas import COMMAND, COMMAND_PAYLOADS, registry
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.processes import ares, ares_env, service

@@ -8,7 +8,7 @@ import pytest
 from aiokafka.admin import NewTopic
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.ports import EventStore
 from tests.contract.event_store import EventStoreContract, OpenStore
 from tests.support.kafka import admin_client

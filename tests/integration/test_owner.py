@@ -19,11 +19,11 @@ from ares.commands.model import DEADLINE, append_command
 from ares.config import Settings
 from ares.errors import ConflictError, UnavailableError
 from ares.events.chain import verify_chain
-from ares.events.dlq import DeadLetter
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.dlq import DeadLetter
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
-from ares.events.routing import partition_for
-from ares.events.schemas import COMMAND, registry
+from ares.events.wire.schemas import COMMAND, registry
 from ares.runtime_manager.owner import PartitionOwner
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
 from ares.topics import EVENTS, TopicPlan
 

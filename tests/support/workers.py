@@ -26,8 +26,8 @@ from typing import Any
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from ares.config import Settings
-from ares.events.codec import decode_event
 from ares.events.model import Event
+from ares.events.wire.codec import decode_event
 from ares.examples import evidence
 from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import admin_client, drain_records

@@ -11,10 +11,10 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ares.events.avro_reader import READ_ERRORS, MalformedAvro, compile_reader, read_long
-from ares.events.codec import Codec, CodecError
-from ares.events.envelope import long_bytes
-from ares.events.schemas import registry
+from ares.events.wire.avro_reader import READ_ERRORS, MalformedAvro, compile_reader, read_long
+from ares.events.wire.codec import Codec, CodecError
+from ares.events.wire.envelope import long_bytes
+from ares.events.wire.schemas import registry
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

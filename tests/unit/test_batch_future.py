@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ares.events.batch_future import BatchFuture, wake
+from ares.events.kafka.batch_future import BatchFuture, wake
 
 
 async def _await(future: BatchFuture) -> Any:

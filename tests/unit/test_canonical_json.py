@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ares.events import canonical
-from ares.events.canonical import canonical_json, canonical_round_trip, parse_json
+from ares.events.wire import canonical
+from ares.events.wire.canonical import canonical_json, canonical_round_trip, parse_json
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text()

@@ -11,9 +11,9 @@ import pytest
 
 from ares.errors import IntegrityError
 from ares.events.chain import ChainError, event_hash, seal, seal_after, seal_encoded, verify_chain
-from ares.events.codec import HEADER_SIZE, Codec, decode_event, encode_event
 from ares.events.model import GENESIS_HASH, Event, NewEvent, StreamHead
-from ares.events.schemas import load_registry
+from ares.events.wire.codec import HEADER_SIZE, Codec, decode_event, encode_event
+from ares.events.wire.schemas import load_registry
 from tests.unit.test_codec import SAMPLE_PAYLOADS, T0, add_priority, evolved_dirs
 
 

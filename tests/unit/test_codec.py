@@ -17,7 +17,8 @@ from fastavro import parse_schema, schemaless_writer
 
 from ares.errors import SchemaError
 from ares.events.chain import seal, seal_encoded
-from ares.events.codec import (
+from ares.events.model import NewEvent, StreamHead
+from ares.events.wire.codec import (
     HEADER_SIZE,
     MAGIC,
     REASONS,
@@ -30,9 +31,8 @@ from ares.events.codec import (
     encode,
     encode_event,
 )
-from ares.events.envelope import long_bytes, timestamp_micros
-from ares.events.model import NewEvent, StreamHead
-from ares.events.schemas import (
+from ares.events.wire.envelope import long_bytes, timestamp_micros
+from ares.events.wire.schemas import (
     ALERT,
     COMMAND,
     COMMAND_PAYLOADS,

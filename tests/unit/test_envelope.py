@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ares.events.canonical import canonical_json
 from ares.events.chain import seal_encoded, verify_chain
-from ares.events.codec import CodecError, decode_event, default_codec
-from ares.events.envelope import EnvelopeWriter, long_bytes
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.schemas import EVENT, JSON_PAYLOAD
+from ares.events.wire.canonical import canonical_json
+from ares.events.wire.codec import CodecError, decode_event, default_codec
+from ares.events.wire.envelope import EnvelopeWriter, long_bytes
+from ares.events.wire.schemas import EVENT, JSON_PAYLOAD
 from tests.unit.test_codec import SAMPLE_PAYLOADS, T0
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

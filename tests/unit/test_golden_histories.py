@@ -30,12 +30,12 @@ from ares.agents import records as r
 from ares.agents.agent import Agent
 from ares.agents.journal import RecordedCall, TaskJournal, open_tasks, task_journals
 from ares.agents.registry import AgentFactory
-from ares.events.canonical import canonical_json, parse_json
 from ares.events.chain import ChainError, event_hash, verify_chain
-from ares.events.codec import HEADER_SIZE, MAGIC, Codec, default_codec
 from ares.events.memory import MemoryEventStore, MemoryLog
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.schemas import EVENT, registry
+from ares.events.wire.canonical import canonical_json, parse_json
+from ares.events.wire.codec import HEADER_SIZE, MAGIC, Codec, default_codec
+from ares.events.wire.schemas import EVENT, registry
 from ares.examples import REGISTRY, evidence
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc

@@ -10,8 +10,8 @@ from dataclasses import FrozenInstanceError, fields
 
 import pytest
 
-from ares.events.codec import make_event
 from ares.events.model import Event, EventSlots, utc_now
+from ares.events.wire.codec import make_event
 
 
 def test_make_event_takes_every_field_in_order() -> None:

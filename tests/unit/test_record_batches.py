@@ -11,8 +11,8 @@ import pytest
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from ares.events.kafka.partition_writer import PartitionWriter, Transaction
 from ares.events.model import NewEvent
-from ares.events.partition_writer import PartitionWriter, Transaction
 from ares.events.writer import StreamTable
 
 

@@ -21,9 +21,9 @@ import avro.io
 import avro.schema
 import pytest
 
-from ares.events.codec import HEADER_SIZE, MAGIC, Codec, encode, encode_event
 from ares.events.model import Event
-from ares.events.schemas import EVENT, EVENT_PAYLOADS, JSON_PAYLOAD, registry, repo_schema_dir
+from ares.events.wire.codec import HEADER_SIZE, MAGIC, Codec, encode, encode_event
+from ares.events.wire.schemas import EVENT, EVENT_PAYLOADS, JSON_PAYLOAD, registry, repo_schema_dir
 from tests.unit.test_chain import build_stream
 from tests.unit.test_codec import OTHER_RECORDS, SAMPLE_COMMAND_PAYLOADS, T0
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from ares.events import render
+from ares.cli import render
+from ares.cli.render import RawRecord
 from ares.events.chain import seal
-from ares.events.codec import encode, encode_event
-from ares.events.dlq import DeadLetter
+from ares.events.kafka.dlq import DeadLetter
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.render import RawRecord
-from ares.events.schemas import ALERT, COMMAND, EVENT, HEARTBEAT, REPLY, SNAPSHOT, registry
+from ares.events.wire.codec import encode, encode_event
+from ares.events.wire.schemas import ALERT, COMMAND, EVENT, HEARTBEAT, REPLY, SNAPSHOT, registry
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)

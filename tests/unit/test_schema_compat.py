@@ -15,7 +15,7 @@ from fastavro import parse_schema
 from ares.cli import main
 from ares.cli.schemas import schemas
 from ares.errors import SchemaError
-from ares.events.compat import (
+from ares.events.wire.compat import (
     check_data,
     check_directory,
     check_policies,
@@ -24,7 +24,7 @@ from ares.events.compat import (
     sample_records,
     sync_copy,
 )
-from ares.events.schemas import (
+from ares.events.wire.schemas import (
     EVENT,
     SCHEMA_DIR_ENV,
     load_directory,

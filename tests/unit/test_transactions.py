@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ares.events.transactions import (
+from ares.events.kafka.transactions import (
     CoordinatorView,
     Decision,
     OpenTransaction,

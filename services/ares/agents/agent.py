@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ares.events.canonical import parse_json
 from ares.events.model import Event
+from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
 
 if TYPE_CHECKING:

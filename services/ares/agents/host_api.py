@@ -57,8 +57,8 @@ from ares.agents.journal import TaskJournal, open_tasks, task_journals
 from ares.agents.records import resolution_event
 from ares.agents.retry import Clock, SystemClock
 from ares.agents.tools import InDoubtCall, ReconcileRegistry
-from ares.events.canonical import parse_json
 from ares.events.model import NewEvent
+from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
 from ares.llm import LlmProvider, OfflineProvider, provider_from_env
 

@@ -16,8 +16,8 @@ from typing import Any
 from ares.agents import records as r
 from ares.agents.agent import Task
 from ares.agents.errors import NonDeterminismError
-from ares.events.canonical import parse_json
 from ares.events.model import Event
+from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
 
 log = logging.getLogger(__name__)

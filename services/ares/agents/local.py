@@ -18,10 +18,10 @@ from ares.agents.agent import Agent, Task
 from ares.agents.host_api import AgentServices, TaskOutcome, run_task
 from ares.agents.journal import TaskJournal, open_tasks
 from ares.agents.registry import AgentFactory
-from ares.events.canonical import canonical_json
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent
 from ares.events.ports import EventStore
+from ares.events.wire.canonical import canonical_json
 from ares.lifecycle import events as ev
 
 MODULE = "local-runtime"

@@ -19,8 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ares.events.canonical import canonical_round_trip
 from ares.events.model import NewEvent
+from ares.events.wire.canonical import canonical_round_trip
 
 # Typed records (schemas/ares.v1.Event.avsc).
 STEP_COMPLETED = "step.completed"

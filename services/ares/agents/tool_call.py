@@ -13,8 +13,8 @@ from ares.agents.errors import ToolCallFailed, ToolSkipped
 from ares.agents.journal import RecordedCall, ToolAttempt
 from ares.agents.retry import RetryPolicy
 from ares.agents.tools import Effect, InDoubtCall, Reconciled, Reconciler, ReconcileStatus
-from ares.events.canonical import canonical_json
 from ares.events.model import NewEvent
+from ares.events.wire.canonical import canonical_json
 
 if TYPE_CHECKING:
     from ares.agents.context import Context

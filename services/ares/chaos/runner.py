@@ -37,9 +37,9 @@ from ares.chaos.load import Load, LoadShape
 from ares.config import Settings
 from ares.devenv.process import tail
 from ares.errors import AresError, UnavailableError
-from ares.events.groups import runtime_group, until_group_settled
-from ares.events.kafka_retry import connect
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.groups import runtime_group, until_group_settled
+from ares.events.kafka.retry import connect
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
 from ares.examples import evidence
 from ares.service import SUPPORTING_SERVICES

@@ -34,8 +34,8 @@ from ares.client import Client
 from ares.commands.model import Reply
 from ares.config import Settings
 from ares.errors import ConflictError, UnavailableError
-from ares.events.kafka_errors import translate
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.errors import translate
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
 from ares.lifecycle.genealogy import Incarnation, genealogy, genealogy_json
 from ares.lifecycle.state import AGENT_STARTED

@@ -19,12 +19,12 @@ import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ares.cli import render
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events import render
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import new_consumer, topic_partitions
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.health_checker.alerts import alert_json, decode_alert, seek_to_time
 from ares.topics import ALERTS, load_topics
 

@@ -22,17 +22,17 @@ import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ares.cli import render
 from ares.cli.common import err_console, run_async, settings_of
-from ares.compactor.reader import SummarisedReader
 from ares.config import Settings
 from ares.errors import UnavailableError
-from ares.events import render
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.kafka_retry import connect
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import PartitionScanner, new_consumer
+from ares.events.kafka.retry import connect
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Direction, Event, EventFilter
 from ares.logs import quiet_aiokafka
+from ares.summaries.reader import SummarisedReader
 from ares.topics import DLQ, EVENTS, TopicPlan, load_topics
 
 _FETCH_TIMEOUT_MS = 500

@@ -13,7 +13,7 @@ from ares.cli.common import run_async, settings_of
 from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
 from ares.config import Settings
-from ares.events.broker_wait import wait_for_broker
+from ares.events.kafka.broker_wait import wait_for_broker
 from ares.gc_policy import apply_gc_policy
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker

@@ -8,8 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ares.events.compat import check_directory, copy_drift, sync_copy
-from ares.events.schemas import load_directory, package_schema_dir, repo_schema_dir, schema_dir
+from ares.events.wire.compat import check_directory, copy_drift, sync_copy
+from ares.events.wire.schemas import load_directory, package_schema_dir, repo_schema_dir, schema_dir
 
 console = Console(highlight=False)
 
@@ -77,7 +77,7 @@ def check(directory: Path | None, against: tuple[Path, ...]) -> None:
 @schemas.command()
 @click.option("--dir", "directory", type=_DIR, help="the source [default: the repository's]")
 def sync(directory: Path | None) -> None:
-    """Copy schemas/ into the package (ares/events/avsc), for non-editable installs."""
+    """Copy schemas/ into the package (ares/events/wire/avsc), for non-editable installs."""
     source = directory or repo_schema_dir()
     target = package_schema_dir()
     changed = sync_copy(source, target)

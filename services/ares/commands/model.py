@@ -10,9 +10,9 @@ from enum import StrEnum
 from typing import Any
 
 from ares.errors import SchemaError
-from ares.events.codec import decode, default_codec, encode
 from ares.events.model import NewEvent, new_event_id, utc_now
-from ares.events.schemas import COMMAND, COMMAND_PAYLOADS, REPLY, CodecError
+from ares.events.wire.codec import decode, default_codec, encode
+from ares.events.wire.schemas import COMMAND, COMMAND_PAYLOADS, REPLY, CodecError
 
 # Command metadata: epoch milliseconds after which the sender no longer waits for it.
 DEADLINE = "ares.deadline_ms"

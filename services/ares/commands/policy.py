@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ares.errors import ConfigError
-from ares.events.schemas import COMMAND_PAYLOADS
+from ares.events.wire.schemas import COMMAND_PAYLOADS
 
 SETTING = "ARES_COMMAND_ISSUERS"
 ANY = "*"

@@ -12,17 +12,17 @@ Public surface (see docs/compaction.md)::
 
 from ares.compactor.compactor import Compactor
 from ares.compactor.config import CompactionConfig
-from ares.compactor.reader import (
+from ares.compactor.service import CompactorService
+from ares.compactor.summariser import EventFact, merge, summarise, summarise_events
+from ares.compactor.trim import Hold, TrimPlan, plan_trim
+from ares.events.kafka.groups import runtime_group
+from ares.summaries.reader import (
     SummarisedReader,
     anchor_matches,
     verify_summarised,
     with_summaries,
 )
-from ares.compactor.service import CompactorService
-from ares.compactor.summariser import EventFact, merge, summarise, summarise_events
-from ares.compactor.summary import SYNTHETIC_TYPE, Summary, SummaryFacts
-from ares.compactor.trim import Hold, TrimPlan, plan_trim
-from ares.events.groups import runtime_group
+from ares.summaries.record import SYNTHETIC_TYPE, Summary, SummaryFacts
 
 __all__ = [
     "SYNTHETIC_TYPE",

@@ -35,22 +35,22 @@ from ares.compactor import metrics
 from ares.compactor.config import CompactionConfig
 from ares.compactor.index import PartitionIndex, StreamIndex
 from ares.compactor.report import PartitionReport, StreamStatus
-from ares.compactor.store import (
+from ares.compactor.summariser import merge_oldest, summarise
+from ares.compactor.trim import Hold, TrimPlan, plan_trim, stream_limit, summarised_through
+from ares.config import Settings
+from ares.errors import AresError
+from ares.events.kafka.errors import translate
+from ares.events.kafka.groups import describe_group, runtime_group
+from ares.events.kafka.reader import PartitionScanner, new_consumer
+from ares.events.kafka.snapshots import Snapshot, load_snapshots
+from ares.lifecycle.recovery import CHECKPOINT_KEY
+from ares.summaries.record import Summary
+from ares.summaries.store import (
     PartitionSummaries,
     SummaryWriter,
     TrimRecord,
     load_summaries,
 )
-from ares.compactor.summariser import merge_oldest, summarise
-from ares.compactor.summary import Summary
-from ares.compactor.trim import Hold, TrimPlan, plan_trim, stream_limit, summarised_through
-from ares.config import Settings
-from ares.errors import AresError
-from ares.events.groups import describe_group, runtime_group
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.snapshots import Snapshot, load_snapshots
-from ares.lifecycle.recovery import CHECKPOINT_KEY
 from ares.topics import EVENTS, SNAPSHOTS, SUMMARIES, TopicPlan
 
 log = logging.getLogger(__name__)

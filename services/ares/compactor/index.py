@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 
 from ares.compactor.summariser import EventFact
-from ares.events.kafka_reader import PartitionScanner
+from ares.events.kafka.reader import PartitionScanner
 from ares.events.model import Event
 from ares.lifecycle import events as ev
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ares.compactor.store import TrimRecord
 from ares.compactor.trim import StreamLimit, TrimPlan
+from ares.summaries.store import TrimRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from ares.compactor.compactor import Compactor
 from ares.compactor.config import CompactionConfig
 from ares.config import Settings
 from ares.errors import AresError, FencedError
-from ares.events.kafka_errors import translate
+from ares.events.kafka.errors import translate
 from ares.tasks import cancel_and_wait
 from ares.topics import TopicPlan
 

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ares.compactor.summary import Summary, SummaryFacts, to_micros
 from ares.events.model import Event
 from ares.lifecycle import events as ev
+from ares.summaries.record import Summary, SummaryFacts, to_micros
 
 MAX_TASK_IDS = 50  # task ids kept in the facts; the count stays exact
 SHOWN_TASKS = 5

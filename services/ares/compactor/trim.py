@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ares.compactor.index import StreamIndex
-from ares.compactor.summary import Summary
+from ares.summaries.record import Summary
 
 
 class Hold(StrEnum):

@@ -30,9 +30,9 @@ from ares.demo.fleet import AgentProgress, FleetState
 from ares.demo.processes import ServiceProcess
 from ares.demo.report import DemoReport, build_report
 from ares.errors import AresError, UnavailableError
-from ares.events.groups import runtime_group, until_group_settled
-from ares.events.kafka_retry import connect
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.groups import runtime_group, until_group_settled
+from ares.events.kafka.retry import connect
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event, EventFilter, utc_now
 from ares.events.subscription import Subscription
 from ares.examples import evidence

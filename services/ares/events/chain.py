@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from typing import Final
 
 from ares.errors import IntegrityError
-from ares.events.codec import Codec, CodecError, default_codec, make_event, normalize_metadata
 from ares.events.model import Event, NewEvent, StreamHead, utc_now
-from ares.events.schemas import EVENT, SchemaFile
+from ares.events.wire.codec import Codec, CodecError, default_codec, make_event, normalize_metadata
+from ares.events.wire.schemas import EVENT, SchemaFile
 
 # Avro encoding of a 64-character string: zig-zag varint length (128 = 80 01), then UTF-8.
 _HASH_LENGTH_PREFIX: Final = b"\x80\x01"

@@ -15,8 +15,8 @@ from typing import Any, Final, NamedTuple
 
 from ares.errors import AresError, ConflictError
 from ares.events.chain import seal_after
-from ares.events.codec import Codec, default_codec
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent, StreamHead, utc_now
+from ares.events.wire.codec import Codec, default_codec
 
 DEFAULT_ID_WINDOW = 200_000
 

@@ -19,8 +19,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ares.errors import SchemaError
-from ares.events.codec import decode, encode
-from ares.events.schemas import ALERT
+from ares.events.wire.codec import decode, encode
+from ares.events.wire.schemas import ALERT
 from ares.health_checker.model import RaiseAlert
 
 log = logging.getLogger(__name__)

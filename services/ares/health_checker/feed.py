@@ -28,9 +28,9 @@ from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode, decode_event
-from ares.events.kafka_reader import new_consumer
-from ares.events.schemas import HEARTBEAT
+from ares.events.kafka.reader import new_consumer
+from ares.events.wire.codec import decode, decode_event
+from ares.events.wire.schemas import HEARTBEAT
 from ares.health_checker.alerts import SOURCE, read_alerts, seek_to_time
 from ares.health_checker.detector import HealthState
 from ares.topics import ALERTS, EVENTS, HEARTBEATS, TopicPlan

@@ -31,7 +31,7 @@ from ares.client import Client
 from ares.commands.model import Command, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError
-from ares.events.groups import describe_group, runtime_group
+from ares.events.kafka.groups import describe_group, runtime_group
 from ares.health_checker.alerts import alert_record
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.detector import HealthState

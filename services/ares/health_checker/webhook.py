@@ -31,7 +31,7 @@ from aiokafka.errors import KafkaError
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.kafka_reader import new_consumer
+from ares.events.kafka.reader import new_consumer
 from ares.health_checker.alerts import alert_json, decode_alert, seek_to_time
 from ares.health_checker.metrics import HealthMetrics
 from ares.lifecycle.backoff import BackoffPolicy

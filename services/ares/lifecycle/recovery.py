@@ -17,7 +17,7 @@ watermark, and route each event to its stream. This module is the pure half of i
 
 Offsets: a snapshot's ``events_offset`` is where its stream's replay may begin. Whether it
 is the offset of the event at the snapshot's version (ares.v1.Snapshot.avsc) or the one
-right after it (``ares.events.snapshots``) does not matter here: the verifier accepts
+right after it (``ares.events.kafka.snapshots``) does not matter here: the verifier accepts
 either the anchor event (the one at the snapshot's version: its hash must be the
 snapshot's) or the first event after it (its ``prev_hash`` must be the snapshot's hash),
 and skips the events the snapshot covers.
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ares.events.canonical import canonical_json
-from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
+from ares.events.wire.canonical import canonical_json
+from ares.events.wire.codec import Codec
 
 if TYPE_CHECKING:
     from ares.lifecycle.verification import StreamVerifier
@@ -47,7 +47,7 @@ CHECKPOINT_KIND = "ares.partition"
 
 
 class SnapshotRef(Protocol):
-    """What recovery needs of a snapshot (``ares.events.snapshots.Snapshot`` has it)."""
+    """What recovery needs of a snapshot (``ares.events.kafka.snapshots.Snapshot`` has it)."""
 
     @property
     def stream_id(self) -> str: ...

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ares.events.chain import ChainError, verify_chain
-from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
+from ares.events.wire.codec import Codec
 from ares.lifecycle.recovery import FOREIGN_STREAM, SnapshotInfo, SnapshotRef, validate_snapshot
 
 SNAPSHOT_MISMATCH = "snapshot_mismatch"

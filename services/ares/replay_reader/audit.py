@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ares.events.chain import ChainError, verify_chain
-from ares.events.codec import Codec
 from ares.events.model import Event, StreamHead
 from ares.events.ports import SummaryAnchor
+from ares.events.wire.codec import Codec
 from ares.replay_reader.source import anchor_for
 
 GAP = "gap"

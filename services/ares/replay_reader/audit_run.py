@@ -22,11 +22,11 @@ from aiokafka import TopicPartition
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode_event
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event
 from ares.events.ports import IndexUnavailableError, SummarySource
-from ares.events.routing import partition_for
-from ares.events.snapshots import Snapshot
+from ares.events.wire.codec import decode_event
 from ares.lifecycle.recovery import CHECKPOINT_KEY
 from ares.replay_reader.audit import AuditReport, KnownHead, StreamAudit
 from ares.replay_reader.kafka_source import RangeScanner

@@ -31,13 +31,13 @@ from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode_event
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import new_consumer, topic_partitions
-from ares.events.kafka_retry import connect
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import new_consumer, topic_partitions
+from ares.events.kafka.retry import connect
+from ares.events.kafka.routing import partition_for
 from ares.events.model import Event
 from ares.events.ports import IndexEntry, IndexUnavailableError, StreamIndex
-from ares.events.routing import partition_for
+from ares.events.wire.codec import decode_event
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from prometheus_client import Gauge
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode_event
-from ares.events.kafka_reader import new_consumer, topic_partitions
+from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.model import Event, EventFilter
+from ares.events.wire.codec import decode_event
 from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)

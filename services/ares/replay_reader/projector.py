@@ -27,9 +27,9 @@ from prometheus_client import Counter, Gauge
 
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode, decode_event
-from ares.events.kafka_reader import new_consumer, topic_partitions
-from ares.events.schemas import ALERT
+from ares.events.kafka.reader import new_consumer, topic_partitions
+from ares.events.wire.codec import decode, decode_event
+from ares.events.wire.schemas import ALERT
 from ares.replay_reader.pg_store import (
     OffsetConflictError,
     Offsets,

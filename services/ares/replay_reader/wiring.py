@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from ares.compactor.reader import SummarisedReader, SummaryAnchors
 from ares.config import Settings
 from ares.events.ports import SummaryAnchor
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.pg_store import DEFAULT_SCHEMA, ProjectionStore
+from ares.summaries.reader import SummarisedReader, SummaryAnchors
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, load_topics
 
 ENV_SCHEMA = "ARES_PROJECTIONS_SCHEMA"

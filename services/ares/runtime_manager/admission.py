@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ares.commands.model import Command, Reply, ReplyStatus
 from ares.commands.policy import SETTING as ISSUERS_SETTING
 from ares.commands.policy import IssuerPolicy
-from ares.events.routing import partition_for
+from ares.events.kafka.routing import partition_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from ares.events.codec import encode
 from ares.events.model import utc_now
-from ares.events.schemas import ALERT
+from ares.events.wire.codec import encode
+from ares.events.wire.schemas import ALERT
 
 
 def alert_record(kind: str, stream_id: str, message: str, *, severity: str = "warning",

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from ares.events.codec import encode
 from ares.events.model import utc_now
-from ares.events.schemas import HEARTBEAT
+from ares.events.wire.codec import encode
+from ares.events.wire.schemas import HEARTBEAT
 from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)

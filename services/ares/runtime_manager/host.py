@@ -32,11 +32,11 @@ from ares.commands.model import (
 )
 from ares.config import Settings
 from ares.errors import AresError
-from ares.events.kafka_reader import PartitionScanner
-from ares.events.kafka_store import open_writer
+from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.snapshots import Snapshot, load_snapshots
+from ares.events.kafka.store import open_writer
 from ares.events.model import ANY_VERSION, NewEvent, StreamHead
-from ares.events.partition_writer import PartitionWriter, TransactionScope
-from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import AppendPlan, StreamTable
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
@@ -357,7 +357,7 @@ class AgentHost:
         task.add_done_callback(self._background.discard)
 
     def _partition_of(self, stream_id: str) -> int:
-        from ares.events.routing import partition_for
+        from ares.events.kafka.routing import partition_for
 
         return partition_for(stream_id, self.plan.partitions)
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
-from ares.events.canonical import canonical_json
+from ares.events.kafka.partition_writer import TransactionScope
 from ares.events.model import ANY_VERSION, NewEvent
-from ares.events.partition_writer import TransactionScope
+from ares.events.wire.canonical import canonical_json
 from ares.lifecycle import state as lc
 from ares.runtime_manager import supervision
 from ares.runtime_manager.alerts import alert_record

@@ -23,8 +23,8 @@ from ares.agents.host_api import (
     run_task,
 )
 from ares.errors import FencedError
+from ares.events.kafka.partition_writer import PartitionWriter
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent
-from ares.events.partition_writer import PartitionWriter
 from ares.lifecycle.state import (
     TASK_ASSIGNED,
     TASK_COMPLETED,

@@ -33,11 +33,11 @@ from ares.commands.model import (
 from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
 from ares.errors import AresError, ConflictError, FencedError, SchemaError
-from ares.events.dlq import DeadLetter
-from ares.events.groups import describe_group, runtime_group
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.dlq import DeadLetter
+from ares.events.kafka.errors import translate
+from ares.events.kafka.groups import describe_group, runtime_group
+from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.tasks import cancel_and_wait

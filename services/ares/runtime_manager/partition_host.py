@@ -8,9 +8,9 @@ from typing import Protocol
 
 from ares.commands.model import Command, Reply, ReplyStatus
 from ares.config import Settings
-from ares.events.kafka_reader import PartitionScanner
-from ares.events.kafka_store import open_writer
-from ares.events.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.store import open_writer
 from ares.topics import EVENTS, TopicPlan
 
 

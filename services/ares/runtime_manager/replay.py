@@ -18,8 +18,8 @@ from typing import Any
 
 from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
+from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event, StreamHead
-from ares.events.snapshots import Snapshot
 from ares.lifecycle import events as ev
 from ares.lifecycle.recovery import RecoveryRecord, state_hash
 from ares.lifecycle.state import AgentLifecycle

@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaError
 from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
 from ares.config import Settings
-from ares.events.kafka_errors import translate
+from ares.events.kafka.errors import translate
 from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig

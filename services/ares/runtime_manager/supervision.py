@@ -23,8 +23,8 @@ from aiokafka import TopicPartition
 from ares import metrics
 from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.errors import AresError, FencedError
+from ares.events.kafka.snapshots import Snapshot, load_snapshots
 from ares.events.model import NewEvent
-from ares.events.snapshots import Snapshot, load_snapshots
 from ares.events.writer import StreamTable
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc

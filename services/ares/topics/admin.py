@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError, for_code
 
 from ares.config import Settings
 from ares.errors import AresError, ConfigError, TransientError
-from ares.events.kafka_retry import retry
+from ares.events.kafka.retry import retry
 from ares.logs import quiet_aiokafka
 from ares.topics.diff import TopicState
 from ares.topics.spec import TopicSpec

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.snapshots import Snapshot
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
-from ares.events.routing import partition_for
-from ares.events.snapshots import Snapshot
 from ares.events.writer import AppendPlan
 from ares.lifecycle.recovery import CHECKPOINT_KEY, state_hash
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan

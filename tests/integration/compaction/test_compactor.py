@@ -38,17 +38,17 @@ from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.compactor import CompactionConfig, Compactor, SummarisedReader, verify_summarised
 from ares.compactor.report import PartitionReport
-from ares.compactor.store import SummaryWriter
 from ares.compactor.summariser import summarise_events
-from ares.compactor.summary import SYNTHETIC_TYPE, Summary, parse_summary_key
 from ares.compactor.trim import Hold
 from ares.config import Settings
-from ares.events.kafka_reader import new_consumer
+from ares.events.kafka.reader import new_consumer
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import GENESIS_HASH, NewEvent, StreamHead
-from ares.events.routing import partition_for
-from ares.events.snapshots import Snapshot
 from ares.runtime_manager.host import HostConfig
 from ares.runtime_manager.service import RuntimeManager
+from ares.summaries.record import SYNTHETIC_TYPE, Summary, parse_summary_key
+from ares.summaries.store import SummaryWriter
 from ares.topics import EVENTS, SNAPSHOTS, SUMMARIES, TopicPlan
 from tests.integration.compaction.fleet import Fleet, write_fleet
 from tests.support.kafka import applied_topics, drain_records

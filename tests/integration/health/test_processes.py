@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
-from ares.events.routing import partition_for
+from ares.events.kafka.routing import partition_for
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.service import HealthChecker, wait_ready
 from ares.lifecycle.backoff import BackoffPolicy

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import applied_topics

@@ -16,10 +16,10 @@ from aiokafka import AIOKafkaProducer
 
 from ares.config import Settings
 from ares.events.chain import seal
-from ares.events.codec import encode_event
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event, NewEvent, StreamHead
-from ares.events.routing import partition_for
-from ares.events.snapshots import Snapshot
+from ares.events.wire.codec import encode_event
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan
 from tests.integration.replay.conftest import PARTITIONS, env_of, write_streams
 from tests.integration.replay.test_replay_cli import projected

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from ares.config import Settings
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.replay_reader.service import ReplayReaderService
 from ares.topics import EVENTS, TopicPlan

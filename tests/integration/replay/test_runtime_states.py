@@ -12,7 +12,7 @@ import pytest
 from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
-from ares.events.snapshots import Snapshot
+from ares.events.kafka.snapshots import Snapshot
 from ares.replay_reader.session import ReplaySession
 from ares.replay_reader.wiring import Topics, open_reader
 from ares.runtime_manager.host import HostConfig

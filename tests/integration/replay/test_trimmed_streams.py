@@ -11,10 +11,10 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import RecordsToDelete
 
-from ares.compactor.summary import Summary, SummaryFacts
 from ares.config import Settings
-from ares.events.codec import encode_event
-from ares.events.routing import partition_for
+from ares.events.kafka.routing import partition_for
+from ares.events.wire.codec import encode_event
+from ares.summaries.record import Summary, SummaryFacts
 from ares.topics import EVENTS, SUMMARIES
 from tests.integration.replay.conftest import PARTITIONS, env_of
 from tests.integration.replay.test_audit_tampering import sealed

@@ -15,7 +15,7 @@ import pytest
 from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
-from ares.events.codec import decode
+from ares.events.wire.codec import decode
 from ares.lifecycle.backoff import BackoffPolicy
 from ares.runtime_manager.guard import RestartPolicy, ResurrectionGuard
 from ares.runtime_manager.service import RuntimeManager

@@ -24,11 +24,11 @@ from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
 from ares.client import Client
 from ares.config import Settings
-from ares.events.codec import decode, encode_event
-from ares.events.kafka_reader import PartitionScanner
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.snapshots import Snapshot, load_snapshots
 from ares.events.model import Event
-from ares.events.routing import partition_for
-from ares.events.snapshots import Snapshot, load_snapshots
+from ares.events.wire.codec import decode, encode_event
 from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord, state_hash
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.replay import snapshot_state

@@ -13,7 +13,7 @@ import pytest
 
 from ares.config import Settings
 from ares.errors import UnavailableError
-from ares.events import kafka_reader
+from ares.events.kafka import reader as kafka_reader
 from ares.runtime_manager import owner as owner_module
 from ares.runtime_manager.service import RuntimeManager
 from tests.support.kafka import applied_topics

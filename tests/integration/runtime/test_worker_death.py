@@ -22,8 +22,8 @@ from ares.client import Client
 from ares.config import Settings
 from ares.errors import FencedError
 from ares.events.chain import verify_chain
-from ares.events.kafka_reader import PartitionScanner
-from ares.events.kafka_store import open_writer
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.store import open_writer
 from ares.events.model import ANY_VERSION, Event, NewEvent
 from ares.lifecycle.genealogy import genealogy
 from ares.runtime_manager.service import RuntimeManager

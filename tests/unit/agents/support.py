@@ -81,7 +81,7 @@ class Harness:
         self.incarnation = 0
 
     async def assign(self, task_input: Any = None, task_id: str = "t1") -> Task:
-        from ares.events.canonical import canonical_json
+        from ares.events.wire.canonical import canonical_json
 
         await self.sink.store.append(self.sink.stream_id, [NewEvent(
             "task.assigned", "test", {"task_id": task_id,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ares.compactor.compactor import Compactor, _Partition
 from ares.compactor.config import DAY_S, CompactionConfig
-from ares.compactor.store import PartitionSummaries
 from ares.compactor.summariser import summarise_events
 from ares.config import Settings
-from ares.events.snapshots import Snapshot
+from ares.events.kafka.snapshots import Snapshot
+from ares.summaries.store import PartitionSummaries
 from ares.topics import load_topics
 from tests.unit.compaction.chains import agent_stream, interleave
 

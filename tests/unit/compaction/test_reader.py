@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from ares.compactor.reader import anchor_matches, anchor_of, verify_summarised, with_summaries
 from ares.compactor.summariser import summarise_events
-from ares.compactor.summary import SYNTHETIC_TYPE, Summary
 from ares.events.chain import ChainError
 from ares.events.model import Direction, StreamHead
+from ares.summaries.reader import anchor_matches, anchor_of, verify_summarised, with_summaries
+from ares.summaries.record import SYNTHETIC_TYPE, Summary
 from tests.unit.compaction.chains import agent_stream
 
 EVENTS = agent_stream("a", 60)

@@ -13,8 +13,8 @@ from ares.compactor.summariser import (
     summarise_events,
     user_request,
 )
-from ares.compactor.summary import SYNTHETIC_TYPE, Summary, parse_summary_key
 from ares.events.model import GENESIS_HASH, NewEvent, StreamHead
+from ares.summaries.record import SYNTHETIC_TYPE, Summary, parse_summary_key
 from tests.unit.compaction.chains import agent_stream, facts, sealed
 
 

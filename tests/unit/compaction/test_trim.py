@@ -7,7 +7,6 @@ from typing import Any
 
 from ares.compactor.index import PartitionIndex
 from ares.compactor.summariser import summarise_events
-from ares.compactor.summary import Summary
 from ares.compactor.trim import (
     Hold,
     plan_trim,
@@ -15,6 +14,7 @@ from ares.compactor.trim import (
     summarised_through,
 )
 from ares.events.model import Event
+from ares.summaries.record import Summary
 from tests.unit.compaction.chains import agent_stream, interleave
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ares.events.canonical import canonical_json
 from ares.events.model import Event, NewEvent
+from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.state import from_events
 
 KIND = "test.counter"

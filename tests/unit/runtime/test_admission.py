@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ares.commands.model import DEADLINE, Command
 from ares.commands.policy import IssuerPolicy
-from ares.events.routing import partition_for
+from ares.events.kafka.routing import partition_for
 from ares.runtime_manager.admission import Admitted, Expired, Forward, Gate, Refused
 
 PARTITIONS = 6

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ares.events.chain import seal_encoded
-from ares.events.codec import decode_event, default_codec
 from ares.events.model import Event, NewEvent, StreamHead
+from ares.events.wire.codec import decode_event, default_codec
 from ares.lifecycle.recovery import (
     AHEAD_OF_LOG,
     FOREIGN_STREAM,
@@ -37,7 +37,7 @@ from tests.unit.runtime.streams import PartitionLog, Stream
 
 @dataclass(frozen=True)
 class FakeSnapshot:
-    """Shaped like ares.events.snapshots.Snapshot: recovery takes any such object."""
+    """Shaped like ares.events.kafka.snapshots.Snapshot: recovery takes any such object."""
 
     stream_id: str
     version: int

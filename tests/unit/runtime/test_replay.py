@@ -11,8 +11,8 @@ import pytest
 
 from ares.agents.agent import Agent
 from ares.agents.registry import AgentRegistry
+from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event, StreamHead
-from ares.events.snapshots import Snapshot
 from ares.lifecycle.state import from_events
 from ares.lifecycle.verification import Feed, StreamVerifier, VerificationFailure
 from ares.runtime_manager import replay as replay_module

@@ -22,8 +22,8 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError
-from ares.events.batch_future import BatchFuture, wake
-from ares.events.kafka_errors import translate
+from ares.events.kafka.batch_future import BatchFuture, wake
+from ares.events.kafka.errors import translate
 from ares.events.model import NewEvent, utc_now
 from ares.events.writer import AppendPlan, StreamState, StreamTable
 
@@ -42,7 +42,7 @@ def _check_batch_builder() -> None:
     probe = BatchBuilder(1024, 0, is_transactional=True)
     if not (hasattr(probe, "_builder") and hasattr(probe, "_relative_offset")):
         raise ImportError("aiokafka's BatchBuilder no longer has _builder and _relative_offset: "
-                          "ares.events.partition_writer needs the aiokafka pinned in "
+                          "ares.events.kafka.partition_writer needs the aiokafka pinned in "
                           "pyproject.toml (0.14.0)")
 
 

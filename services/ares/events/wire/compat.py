@@ -33,7 +33,7 @@ from typing import Any
 
 from fastavro import schemaless_reader, schemaless_writer
 
-from ares.events.schemas import (
+from ares.events.wire.schemas import (
     EVENT,
     RELEASED_DIR,
     Schema,

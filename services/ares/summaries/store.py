@@ -22,14 +22,14 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from ares.compactor.summary import MODULE, Summary, parse_summary_key
 from ares.config import Settings
 from ares.errors import SchemaError
-from ares.events.codec import decode_event, encode
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import PartitionScanner
 from ares.events.model import utc_now
-from ares.events.schemas import EVENT
+from ares.events.wire.codec import decode_event, encode
+from ares.events.wire.schemas import EVENT
+from ares.summaries.record import MODULE, Summary, parse_summary_key
 
 log = logging.getLogger(__name__)
 

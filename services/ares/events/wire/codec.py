@@ -35,11 +35,11 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
 from ares.errors import SchemaError
-from ares.events.avro_reader import READ_ERRORS, Reader, compile_reader
-from ares.events.canonical import canonical_json, canonical_round_trip, parse_json
-from ares.events.envelope import EnvelopeWriter, timestamp_micros
 from ares.events.model import Event, EventSlots
-from ares.events.schemas import (
+from ares.events.wire.avro_reader import READ_ERRORS, Reader, compile_reader
+from ares.events.wire.canonical import canonical_json, canonical_round_trip, parse_json
+from ares.events.wire.envelope import EnvelopeWriter, timestamp_micros
+from ares.events.wire.schemas import (
     COMMAND,
     COMMAND_PAYLOADS,
     EVENT,

@@ -20,16 +20,16 @@ from datetime import datetime
 
 from aiokafka.errors import KafkaError
 
-from ares.compactor.store import load_summaries
-from ares.compactor.summary import Summary, is_summary_event, summary_range
 from ares.config import Settings
 from ares.events.chain import ChainError, verify_chain
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner
-from ares.events.kafka_store import KafkaEventStore
+from ares.events.kafka.errors import translate
+from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Direction, Event, StreamHead
 from ares.events.ports import SummaryAnchor
-from ares.events.routing import partition_for
+from ares.summaries.record import Summary, is_summary_event, summary_range
+from ares.summaries.store import load_summaries
 from ares.topics import EVENTS, SUMMARIES, TopicPlan, load_topics
 
 TRUNCATED = "truncated"

@@ -21,7 +21,7 @@ from typing import Any, Final
 from fastavro import parse_schema, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
 
-from ares.events.schemas import JSON_PAYLOAD, CodecError
+from ares.events.wire.schemas import JSON_PAYLOAD, CodecError
 
 # Field name -> Avro type of the envelope, in order, as fastavro parses it.
 _SHAPE: tuple[tuple[str, Any], ...] = (

@@ -19,11 +19,11 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from ares.errors import SchemaError
-from ares.events.canonical import canonical_json
-from ares.events.codec import decode, encode
-from ares.events.kafka_reader import PartitionScanner
+from ares.events.kafka.reader import PartitionScanner
 from ares.events.model import utc_now
-from ares.events.schemas import SNAPSHOT
+from ares.events.wire.canonical import canonical_json
+from ares.events.wire.codec import decode, encode
+from ares.events.wire.schemas import SNAPSHOT
 
 log = logging.getLogger(__name__)
 

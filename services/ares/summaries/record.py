@@ -28,10 +28,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ares.errors import SchemaError
-from ares.events.canonical import canonical_json
-from ares.events.codec import decode_event, encode
 from ares.events.model import Event
-from ares.events.schemas import EVENT
+from ares.events.wire.canonical import canonical_json
+from ares.events.wire.codec import decode_event, encode
+from ares.events.wire.schemas import EVENT
 
 SUMMARY_TYPE = "summary"  # the record on ares.summaries (typed payload SummaryWritten)
 SYNTHETIC_TYPE = "event.summary"  # what reads of a trimmed range return in its place

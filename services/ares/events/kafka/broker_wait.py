@@ -21,8 +21,8 @@ from aiokafka import errors as kafka
 from aiokafka.client import CoordinationType
 
 from ares.config import Settings
-from ares.events.kafka_errors import translate
-from ares.events.kafka_retry import retry
+from ares.events.kafka.errors import translate
+from ares.events.kafka.retry import retry
 
 PROBE_KEY = "ares-startup-probe"  # looked up, never joined nor initialised
 

@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ares.errors import SchemaError
-from ares.events import dlq
-from ares.events.codec import decode
+from ares.events.kafka import dlq
 from ares.events.model import Event
-from ares.events.schemas import (
+from ares.events.wire.codec import decode
+from ares.events.wire.schemas import (
     ALERT,
     COMMAND,
     EVENT,

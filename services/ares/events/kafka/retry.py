@@ -23,7 +23,7 @@ from aiokafka import errors as kafka
 
 from ares.config import Settings
 from ares.errors import UnavailableError
-from ares.events.kafka_errors import is_retriable, reason, translate
+from ares.events.kafka.errors import is_retriable, reason, translate
 from ares.logs import NOTICES
 
 T = TypeVar("T")

@@ -20,20 +20,20 @@ from aiokafka.errors import KafkaError
 from ares import metrics
 from ares.config import Settings
 from ares.errors import AresError, IntegrityError, SchemaError
-from ares.events.codec import decode_event
-from ares.events.kafka_errors import translate
-from ares.events.kafka_reader import PartitionScanner, new_consumer
-from ares.events.model import ANY_VERSION, Direction, Event, EventFilter, NewEvent, utc_now
-from ares.events.partition_writer import PartitionWriter, transactional_id
-from ares.events.routing import partition_for
-from ares.events.subscription import Subscription
-from ares.events.transactions import (
+from ares.events.kafka.errors import translate
+from ares.events.kafka.partition_writer import PartitionWriter, transactional_id
+from ares.events.kafka.reader import PartitionScanner, new_consumer
+from ares.events.kafka.routing import partition_for
+from ares.events.kafka.transactions import (
     CoordinatorView,
     Decision,
     describe_transaction,
     hanging_decision,
     open_transactions,
 )
+from ares.events.model import ANY_VERSION, Direction, Event, EventFilter, NewEvent, utc_now
+from ares.events.subscription import Subscription
+from ares.events.wire.codec import decode_event
 from ares.events.writer import StreamTable
 from ares.tasks import cancel_and_wait
 
@@ -206,7 +206,7 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     """
     tid = transactional_id(topic, partition)
     # Read before the fence: init_transactions erases the coordinator's last decision, which
-    # is what completes a hanging transaction of this writer (ares.events.transactions).
+    # is what completes a hanging transaction of this writer (ares.events.kafka.transactions).
     before = await describe_transaction(scanner.client, tid)
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,

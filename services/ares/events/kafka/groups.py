@@ -18,7 +18,7 @@ from aiokafka.errors import for_code
 
 from ares.config import Settings
 from ares.errors import UnavailableError
-from ares.events.kafka_retry import retry
+from ares.events.kafka.retry import retry
 
 POLL_S = 0.2
 

@@ -3,10 +3,10 @@
 Where the .avsc files come from (first match wins):
 
 1. ``ARES_SCHEMA_DIR`` — an operator's explicit choice (a mounted ConfigMap, a test);
-2. the repository's ``schemas/`` (``Path(__file__).parents[3] / "schemas"``, only when a
+2. the repository's ``schemas/`` (``Path(__file__).parents[4] / "schemas"``, only when a
    ``pyproject.toml`` sits next to it) — in a checkout, the files a developer edits are the
    ones that run, with no copy step;
-3. ``ares/events/avsc/`` shipped as package data — what a non-editable install (wheel,
+3. ``ares/events/wire/avsc/`` shipped as package data — what a non-editable install (wheel,
    container image) has. It is a plain copy of ``schemas/`` made by ``ares schemas sync``;
    a unit test fails when the copy drifts, so the copy can never silently diverge.
 
@@ -165,7 +165,7 @@ class SchemaRegistry:
 
 
 def repo_schema_dir() -> Path:
-    return Path(__file__).resolve().parents[3] / "schemas"
+    return Path(__file__).resolve().parents[4] / "schemas"
 
 
 def package_schema_dir() -> Path:

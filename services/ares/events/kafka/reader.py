@@ -15,9 +15,9 @@ from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError, UnavailableError
-from ares.events.codec import decode_event
-from ares.events.kafka_retry import connect
+from ares.events.kafka.retry import connect
 from ares.events.model import Event
+from ares.events.wire.codec import decode_event
 
 log = logging.getLogger(__name__)
 FETCH_TIMEOUT_MS = 500
