@@ -1,8 +1,12 @@
 """ares-mesh: crash-proof long-running agents on Kafka.
 
-The public surface is re-exported here lazily (``ares.Agent``, ``ares.Context``...): the
+The public surface is re-exported here lazily (``ares.Agent``, ``ares.Client``...): the
 ``ares`` CLI and the services import only the submodules they need, so importing a
-submodule never pays for the whole SDK.
+submodule never pays for the whole SDK (nor loads the Kafka client, ``ares.client``).
+
+Each export is written twice: in the type-checking imports below (where it comes from) and
+in ``__all__``. At run time ``__getattr__`` takes a name of ``__all__`` from the first of
+``_SOURCES`` (the modules of those imports) that has it.
 """
 
 from __future__ import annotations
@@ -44,33 +48,26 @@ if TYPE_CHECKING:
     from ares.client import Client, CommandRejectedError
     from ares.llm import LlmProvider, LlmResult, OfflineProvider, OpenAICompatibleProvider
 
-# public name -> the module that defines it (the imports above and __all__ below say the
-# same for type checkers and linters; tests/unit/test_public_surface.py holds the three
-# together)
-_EXPORTS = {
-    **dict.fromkeys((
-        "Agent", "AgentConfigError", "AgentRegistry", "AgentServices", "Context", "Effect",
-        "LocalRuntime", "NonDeterminismError", "Reconciled", "ReconcileRegistry",
-        "RetryPolicy", "StepFailed", "StepResultError", "Task", "TaskFailed", "TokenLedger",
-        "ToolCallFailed", "ToolSkipped", "UnknownAgentKindError", "build_registry",
-        "load_registry", "token_ledger"), "ares.agents"),
-    **dict.fromkeys(("Client", "CommandRejectedError"), "ares.client"),
-    **dict.fromkeys(("LlmProvider", "LlmResult", "OfflineProvider",
-                     "OpenAICompatibleProvider"), "ares.llm"),
-}
+# The modules of the imports above, in the order __getattr__ tries them: the cheapest first
+# (ares.agents imports ares.llm anyway), ares.client (the Kafka client) last, so an agent
+# author's ``ares.Agent`` never loads it. tests/unit/test_public_surface.py checks that each
+# export resolves to the object its import above names.
+_SOURCES = ("ares.llm", "ares.agents", "ares.client")
+_MISSING = object()
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ares' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if name in __all__:
+        for source in _SOURCES:
+            value = getattr(importlib.import_module(source), name, _MISSING)
+            if value is not _MISSING:
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'ares' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

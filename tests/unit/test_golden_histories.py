@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from ares.agents import AgentServices, LocalRuntime, OutcomeStatus, run_task
+from ares.agents import AgentServices, LocalRuntime, OutcomeStatus
 from ares.agents import records as r
 from ares.agents.agent import Agent
+from ares.agents.host_api import run_task
 from ares.agents.journal import RecordedCall, TaskJournal, open_tasks, task_journals
 from ares.agents.registry import AgentFactory
 from ares.events.chain import ChainError, event_hash, verify_chain

@@ -1,6 +1,11 @@
 """The agent SDK: what users write agents against (see docs/sdk.md).
 
-The runtime's side of the contract is ``ares.agents.host_api``.
+Here: the agent (``Agent``, ``Task``, ``Context``), tool effects and reconcile hooks, retry
+policies, the errors a handler raises or catches, registries, the outcome records and the
+token ledger an author reads, and ``LocalRuntime`` to run and test a kind in-process.
+
+The runtime's side of the contract (``AgentSink``, ``TaskJournal``, ``open_tasks``,
+``run_task``, ``resolution_event``) is ``ares.agents.host_api``, with its own ``__all__``.
 """
 
 from __future__ import annotations
@@ -19,26 +24,11 @@ from ares.agents.errors import (
     ToolSkipped,
     UnknownAgentKindError,
 )
-from ares.agents.host_api import (
-    AgentServices,
-    AgentSink,
-    OutcomeStatus,
-    TaskOutcome,
-    open_tasks,
-    run_task,
-)
-from ares.agents.journal import TaskJournal
+from ares.agents.host_api import AgentServices, OutcomeStatus, TaskOutcome
 from ares.agents.ledger import TokenLedger, token_ledger
-from ares.agents.local import LocalRuntime, StoreSink
-from ares.agents.records import idempotency_key, resolution_event
-from ares.agents.registry import (
-    AgentRegistry,
-    build_registry,
-    builtin_registry,
-    entry_point_registry,
-    load_registry,
-)
-from ares.agents.retry import Clock, RetryPolicy, SystemClock
+from ares.agents.local import LocalRuntime
+from ares.agents.registry import AgentRegistry, build_registry, load_registry
+from ares.agents.retry import Clock, RetryPolicy
 from ares.agents.tools import Effect, InDoubtCall, Reconciled, ReconcileRegistry
 
 __all__ = [
@@ -47,7 +37,6 @@ __all__ = [
     "AgentRegistry",
     "AgentRegistryError",
     "AgentServices",
-    "AgentSink",
     "Clock",
     "Context",
     "ContextClosedError",
@@ -62,23 +51,14 @@ __all__ = [
     "RunStats",
     "StepFailed",
     "StepResultError",
-    "StoreSink",
-    "SystemClock",
     "Task",
     "TaskFailed",
-    "TaskJournal",
     "TaskOutcome",
     "TokenLedger",
     "ToolCallFailed",
     "ToolSkipped",
     "UnknownAgentKindError",
     "build_registry",
-    "builtin_registry",
-    "entry_point_registry",
-    "idempotency_key",
     "load_registry",
-    "open_tasks",
-    "resolution_event",
-    "run_task",
     "token_ledger",
 ]

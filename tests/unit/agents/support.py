@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ares.agents import AgentServices, Task, TaskJournal, run_task
+from ares.agents import AgentServices, Task
 from ares.agents.agent import Agent
-from ares.agents.host_api import TaskOutcome
+from ares.agents.host_api import TaskJournal, TaskOutcome, run_task
 from ares.agents.tools import ReconcileRegistry
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent

@@ -12,12 +12,10 @@ from ares.agents import (
     OutcomeStatus,
     Task,
     TaskFailed,
-    TaskJournal,
-    open_tasks,
     token_ledger,
 )
 from ares.agents.context import Context
-from ares.agents.host_api import recorded_outcome
+from ares.agents.host_api import TaskJournal, open_tasks, recorded_outcome
 from ares.events.model import NewEvent
 from ares.llm import OfflineProvider
 from tests.unit.agents.support import FnAgent, Harness, Killed

@@ -15,9 +15,9 @@ from ares.agents import (
     AgentRegistryError,
     UnknownAgentKindError,
     build_registry,
-    entry_point_registry,
     load_registry,
 )
+from ares.agents.registry import entry_point_registry
 from ares.examples import ChatAgent, PipelineAgent
 from tests.unit.agents.fixture_kinds import EchoAgent
 

@@ -18,10 +18,10 @@ from ares.agents import (
     Task,
     ToolCallFailed,
     ToolSkipped,
-    resolution_event,
 )
 from ares.agents.context import Context
 from ares.agents.errors import TaskPaused
+from ares.agents.host_api import resolution_event
 from ares.errors import TransientError
 from tests.unit.agents.support import FnAgent, Harness, Killed
 
