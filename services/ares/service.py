@@ -1,17 +1,21 @@
 """One lifecycle for every long-running process: start, ready, drain, stop.
 
+``Service`` is the base of the four services (their tasks, their stop); ``serve`` runs one
+as the process: signals, probes, the exit code.
+
 Signals are handled here and nowhere else: the first SIGTERM/SIGINT asks the service to
 stop gracefully, a second one forces the exit.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from ares.probes import ProbeServer
 from ares.tasks import cancel_and_wait
@@ -23,26 +27,104 @@ FORCED_EXIT_CODE = 130
 SUPPORTING_SERVICES = ("health-checker", "compactor", "replay-reader")
 
 
-class Service(Protocol):
-    name: str
+class Service(abc.ABC):
+    """The base of the four services: declared background tasks, one stop for all.
+
+    A subclass says what it connects (``on_start``), what runs until it is stopped
+    (``background``), how it drains while that still runs (``on_stop``) and what it releases
+    once it has ended (``on_shutdown``); the base owns the tasks, so none is left running
+    or unawaited, and cancelling happens here and nowhere else (in the spirit of
+    ``mode.Service``).
+    """
+
+    name: ClassVar[str]
+    # Whether ``wait_stopped`` raises the error of a crashed background task (the exit code
+    # then says what went wrong) or only returns (the error is in the log; exit 0).
+    crash_raises: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.started = False
+        self.error: BaseException | None = None  # the first crashed task's
+        self._background: list[asyncio.Task[None]] = []
+        self._ended = asyncio.Event()
+        self._stopping: asyncio.Future[None] | None = None
 
     @property
     def ready(self) -> bool:
-        """True while the service does its work (the runtime manager: every assigned
-        partition recovered); /readyz answers 200 only then."""
-        ...
+        """True while the service does its work; /readyz answers 200 only then."""
+        return self.running
+
+    @property
+    def running(self) -> bool:
+        """Started, not stopped, and no background task has ended."""
+        return self.started and not self._ended.is_set()
+
+    @property
+    def ended(self) -> bool:
+        """A background task ended (crashed) or the service was stopped."""
+        return self._ended.is_set()
+
+    @abc.abstractmethod
+    async def on_start(self) -> None:
+        """Connect (aiokafka clients bind to the running loop: here, not in ``__init__``).
+        A failure propagates out of ``start``; no background task has been launched."""
+
+    def background(self) -> dict[str, Coroutine[Any, Any, None]]:
+        """The loops that run from the start to the stop, by task name. Called once, after
+        ``on_start``; any of them ending on its own ends the service."""
+        return {}
+
+    async def on_stop(self) -> None:  # noqa: B027 (a hook: overriding it is optional)
+        """Drain, while the background tasks still run (they are cancelled next)."""
+
+    async def on_shutdown(self) -> None:  # noqa: B027
+        """Release what ``on_start`` opened; every background task has ended."""
 
     async def start(self) -> None:
         """Connect and take work; return once running (``ready`` may come later)."""
-        ...
+        await self.on_start()
+        if self._stopping is not None:  # stopped meanwhile: nothing left to launch
+            return
+        for task_name, coro in self.background().items():
+            task = asyncio.create_task(coro, name=task_name)
+            task.add_done_callback(self._task_ended)
+            self._background.append(task)
+        self.started = True
 
     async def wait_stopped(self) -> None:
-        """Return when the service ended on its own (a fatal error) or was stopped."""
-        ...
+        """Return when the service was stopped or a background task ended; raise that
+        task's error if it crashed (with ``crash_raises``)."""
+        await self._ended.wait()
+        if self.error is not None and self.crash_raises:
+            raise self.error
 
     async def stop(self) -> None:
-        """Graceful, idempotent: finish in-flight work, release resources."""
-        ...
+        """Graceful and idempotent: every caller, concurrent or later, waits for the one
+        stop. It is shielded: a caller cancelled meanwhile does not leave a half-stopped
+        service (clients open, tasks running) behind."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        try:
+            await self.on_stop()
+        finally:  # a failed drain still leaves no task behind and no client open
+            tasks, self._background = self._background, []
+            # A crashed task's error is in ``self.error`` and the log already.
+            await cancel_and_wait(*tasks, ignore_errors=True)
+            try:
+                await self.on_shutdown()
+            finally:
+                self._ended.set()
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s failed: %r; stopping", task.get_name(), exc)
+            if self.error is None:
+                self.error = exc
+        if self._stopping is None:  # ended on its own, so has the service; else stop() says
+            self._ended.set()
 
 
 async def serve(service: Service, http_port: int | None = None,

@@ -2,15 +2,17 @@
 
 Run one compactor per environment: its summary writer is transactional with one id per
 summaries topic, so a second one fences the first, whose pass then fails with
-``FencedError`` and whose service ends (exit 1). A pass interrupted at any point (stop,
-SIGKILL) leaves nothing half-written: each partition's summaries commit in one
-transaction, and the next pass recomputes from what is committed.
+``FencedError`` and whose service ends (``wait_stopped`` raises it: exit 1). A pass
+interrupted at any point (stop, SIGKILL) leaves nothing half-written: each partition's
+summaries commit in one transaction, and the next pass recomputes from what is committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from aiokafka.errors import KafkaError
 
@@ -19,44 +21,31 @@ from ares.compactor.config import CompactionConfig
 from ares.config import Settings
 from ares.errors import AresError, FencedError
 from ares.events.kafka.errors import translate
-from ares.tasks import cancel_and_wait
+from ares.service import Service
 from ares.topics import TopicPlan
 
 log = logging.getLogger(__name__)
 
 
-class CompactorService:
+class CompactorService(Service):
     name = "compactor"
 
     def __init__(self, settings: Settings, plan: TopicPlan, config: CompactionConfig) -> None:
+        super().__init__()
         self.config = config
         self.compactor = Compactor(settings, plan, config)
         self.passes = 0
         self.failures = 0
-        self._started = False
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
 
-    @property
-    def ready(self) -> bool:
-        return self._started and self._task is not None and not self._task.done()
-
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         await self.compactor.open()
-        self._started = True
-        self._task = asyncio.create_task(self._run(), name="compactor-passes")
         log.info("compactor: passes every %gs, trimming %s (%s)", self.config.interval_s,
                  "on" if self.config.trimming else "off", self.config.to_json())
 
-    async def wait_stopped(self) -> None:
-        if self._task is not None:
-            await self._task
+    def background(self) -> dict[str, Coroutine[Any, Any, None]]:
+        return {"compactor-passes": self._run()}
 
-    async def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        await cancel_and_wait(self._task)
+    async def on_shutdown(self) -> None:
         await self.compactor.close()
 
     async def _run(self) -> None:

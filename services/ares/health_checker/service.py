@@ -1,9 +1,10 @@
 """``ares run health-checker``: the service around the pure core.
 
-Three background tasks, owned and awaited on stop: the feed (records into the core), the
-ticker (``HealthState.due`` every ``tick_s``; carries out the actions) and, with
-``ARES_ALERT_WEBHOOK_URL``, the webhook forwarder. Actions run as tasks of their own so
-a slow owner never holds up the detection of the next death.
+Three background tasks (``background``, owned by the ``Service`` base): the feed (records
+into the core), the ticker (``HealthState.due`` every ``tick_s``; carries out the actions)
+and, with ``ARES_ALERT_WEBHOOK_URL``, the webhook forwarder. Actions run as tasks of their
+own so a slow owner never holds up the detection of the next death; on stop, once the
+loops have ended, those in flight get ``request_timeout_s`` to finish.
 
 * verdicts and quarantines are commands (``agent.declare_dead``, ``agent.quarantine``)
   sent through ``ares.Client`` to the agent's owner, who records the death and lets its
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +47,7 @@ from ares.health_checker.model import (
     RaiseAlert,
 )
 from ares.health_checker.webhook import WebhookForwarder, WebhookSink
+from ares.service import Service
 from ares.tasks import cancel_and_wait
 from ares.topics import ALERTS, TopicPlan
 
@@ -55,11 +58,15 @@ GROUP_REFRESH_S = 1.0
 MAX_ACTIONS_IN_FLIGHT = 64
 
 
-class HealthChecker:
+class HealthChecker(Service):
     name = "health-checker"
+    # A crashed loop is logged and ends the service, whose process then exits 0 (as it
+    # always has): the orchestrator restarts it either way.
+    crash_raises = False
 
     def __init__(self, settings: Settings, plan: TopicPlan, config: HealthConfig | None = None,
                  *, registry: CollectorRegistry = REGISTRY) -> None:
+        super().__init__()
         self.settings = settings
         self.plan = plan
         self.config = config or HealthConfig()
@@ -76,18 +83,16 @@ class HealthChecker:
         self.client = Client(settings, plan, issuer=ISSUER)
         self._producer: AIOKafkaProducer | None = None
         self._admin: AIOKafkaAdminClient | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_ACTIONS_IN_FLIGHT)
         self._group_checked = 0.0
-        self._stopped = asyncio.Event()
         self.sent: list[Action] = []  # delivered actions, oldest first (tests, debugging)
 
     @property
     def ready(self) -> bool:
         return self.feed.live
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
             acks="all", linger_ms=5, **self.settings.kafka_options())
@@ -103,17 +108,14 @@ class HealthChecker:
         except BaseException:
             await self.stop()
             raise
-        self._spawn(self._consume(), "health-feed")
-        self._spawn(self._tick(), "health-ticker")
+
+    def background(self) -> dict[str, Coroutine[Any, Any, None]]:
+        tasks = {"health-feed": self._consume(), "health-ticker": self._tick()}
         if self.webhook is not None:
-            self._spawn(self.webhook.run(), "alert-webhook")
+            tasks["alert-webhook"] = self.webhook.run()
+        return tasks
 
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-
-    async def stop(self) -> None:
-        await cancel_and_wait(*self._tasks, ignore_errors=True)
-        self._tasks.clear()
+    async def on_shutdown(self) -> None:
         if self._actions:  # in-flight actions: a verdict already sent is not lost
             await asyncio.wait(self._actions, timeout=self.settings.request_timeout_s)
             await cancel_and_wait(*self._actions, ignore_errors=True)
@@ -127,19 +129,8 @@ class HealthChecker:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
-        self._stopped.set()
 
     # -- background tasks ----------------------------------------------------------------
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._on_task_done)
-        self._tasks.append(task)
-
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed: %r; stopping", task.get_name(), task.exception())
-            self._stopped.set()
 
     async def _consume(self) -> None:
         while True:
@@ -247,5 +238,5 @@ async def wait_ready(checker: HealthChecker, timeout_s: float = 60.0) -> None:
             raise AresError(f"the health checker did not become ready in {timeout_s:g}s")
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(checker.wait_stopped(), 0.1)
-        if checker._stopped.is_set():
+        if checker.ended:
             raise AresError("the health checker stopped before it was ready")

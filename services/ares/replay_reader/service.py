@@ -6,15 +6,17 @@ One port serves the API, ``/openapi.json`` and the probes (``/healthz``, ``/read
 wait for the projector (they fall back to the log), so a replica whose projector stands by
 (another leads the schema) or waits for PostgreSQL still serves.
 
-The projector runs as an owned background task; if it fails for a reason it does not retry
-(a bug), the service ends with that error and the orchestrator restarts the process.
+The projector runs as a background task (the ``Service`` base's, launched once the API
+listens); if it fails for a reason it does not retry (a bug), the service ends with that
+error and the orchestrator restarts the process. The stop drains the HTTP server first,
+while the projector still runs, then ends the projector and closes the readers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -27,17 +29,18 @@ from ares.replay_reader.live import LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
 from ares.replay_reader.wiring import CompactedSummaries, Topics, projection_store
-from ares.tasks import cancel_and_wait
+from ares.service import Service
 
 log = logging.getLogger(__name__)
 
 
-class ReplayReaderService:
+class ReplayReaderService(Service):
     name = "replay-reader"
 
     def __init__(self, settings: Settings, *, http_port: int, schema: str | None = None,
                  project: bool = True, agents: Sequence[str] = (), host: str = "0.0.0.0",
                  read_concurrency: int = 4) -> None:
+        super().__init__()
         self.settings = settings
         self.http_port = http_port
         self.host = host
@@ -54,14 +57,12 @@ class ReplayReaderService:
         self._feed: LiveFeed | None = None
         self._summaries: CompactedSummaries | None = None
         self._runner: web.AppRunner | None = None
-        self._projector_task: asyncio.Task[None] | None = None
-        self._stopped = asyncio.Event()
 
     @property
     def ready(self) -> bool:
         return self._runner is not None and self.api is not None and not self.api.draining
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         topics = Topics.of(self.settings)
         self._store = projection_store(self.settings, topics, self.schema)
         self._reader = await KafkaStreamReader.open(self.settings, topics.events, self._store,
@@ -72,9 +73,6 @@ class ReplayReaderService:
                                                      max_connections=2)
             self.projector = Projector(self.settings, self._projector_store, topics.events,
                                        topics.alerts)
-            self._projector_task = asyncio.create_task(self.projector.run(),
-                                                       name="replay-projector")
-            self._projector_task.add_done_callback(self._projector_ended)
         self._summaries = CompactedSummaries(self.settings)
         self.api = ReplayApi(self.settings, self._reader, self._store, self._feed,
                              self.registry, snapshots_topic=topics.snapshots,
@@ -88,20 +86,10 @@ class ReplayReaderService:
                  "schema %r%s", self.host, self.port, self._store.schema,
                  "" if self.project else " (not projecting)")
 
-    def _projector_ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("the projector failed: %r", task.exception())
-            self._stopped.set()
+    def background(self) -> dict[str, Coroutine[Any, Any, None]]:
+        return {} if self.projector is None else {"replay-projector": self.projector.run()}
 
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-        task = self._projector_task
-        if task is not None and task.done() and not task.cancelled():
-            exc = task.exception()
-            if exc is not None:
-                raise exc
-
-    async def stop(self) -> None:
+    async def on_stop(self) -> None:
         if self.api is not None:
             self.api.draining = True
         if self._feed is not None:
@@ -109,8 +97,8 @@ class ReplayReaderService:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-        task, self._projector_task = self._projector_task, None
-        await cancel_and_wait(task, ignore_errors=True)
+
+    async def on_shutdown(self) -> None:
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -119,4 +107,3 @@ class ReplayReaderService:
         for store in (self._store, self._projector_store):
             if store is not None:
                 await store.close()
-        self._stopped.set()

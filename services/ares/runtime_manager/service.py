@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -17,6 +18,7 @@ from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
 from ares.runtime_manager.owner import PartitionOwner
+from ares.service import Service
 from ares.topics import HEARTBEATS, TopicPlan
 
 
@@ -24,7 +26,7 @@ def default_worker_id(instance_id: str | None) -> str:
     return instance_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
-class RuntimeManager:
+class RuntimeManager(Service):
     """One worker: owns partitions, hosts their agents, says it is alive."""
 
     name = "runtime-manager"
@@ -34,6 +36,7 @@ class RuntimeManager:
                  heartbeat_interval_s: float = 1.0, host_config: HostConfig | None = None,
                  services: AgentServices | None = None,
                  guard: ResurrectionGuard | None = None) -> None:
+        super().__init__()
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
         self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
@@ -51,8 +54,7 @@ class RuntimeManager:
         # Not ready while an assigned partition waits (for an operator's abort, say).
         return self.owner.ready.is_set() and not self.owner.waiting_partitions
 
-    async def start(self) -> None:
-        # aiokafka clients bind to the running loop: created here, not in __init__.
+    async def on_start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
                                           **self.settings.kafka_options(),
                                           linger_ms=5, acks=1)
@@ -73,12 +75,16 @@ class RuntimeManager:
             raise
         self.heartbeats.start()
 
-    async def wait_stopped(self) -> None:
-        await self.owner.wait_stopped()
+    def background(self) -> dict[str, Coroutine[Any, Any, None]]:
+        # The owner runs its consume loop itself (its stop cancels it under its lock, never
+        # mid-batch); watched here, so its crash ends the service with its error.
+        return {"partition-owner": self.owner.wait_stopped()}
 
-    async def stop(self) -> None:
+    async def on_stop(self) -> None:
         # Heartbeats go on through the drain ("stopping"): silence would read as a loss.
         await self.owner.stop()
+
+    async def on_shutdown(self) -> None:
         if self.heartbeats is not None:
             await self.heartbeats.stop()
         if self._producer is not None:

@@ -22,6 +22,10 @@ class _Passes:
     def __init__(self, *errors: BaseException) -> None:
         self.errors = list(errors)
         self.calls = 0
+        self.closed = False
+
+    async def open(self) -> None:
+        return None
 
     async def run_pass(self) -> list[Any]:
         self.calls += 1
@@ -30,39 +34,43 @@ class _Passes:
         return []
 
     async def close(self) -> None:
-        return None
+        self.closed = True
 
 
-def _service(passes: _Passes) -> CompactorService:
+async def _started(passes: _Passes) -> CompactorService:
     settings = Settings(topic_prefix="svc-test.")
     service = CompactorService(settings, load_topics(settings), CompactionConfig(interval_s=0.01))
     service.compactor = passes  # type: ignore[assignment]
+    await service.start()
     return service
 
 
 async def _run_until(service: CompactorService, passes: int) -> None:
-    service._task = asyncio.create_task(service._run())
     for _ in range(500):
-        if service.passes >= passes or service._task.done():
+        if service.passes >= passes or service.ended:
             return
         await asyncio.sleep(0.01)
 
 
 async def test_failed_passes_of_any_kind_are_retried() -> None:
     passes = _Passes(KafkaTimeoutError(), UnavailableError("broker away"))
-    service = _service(passes)
+    service = await _started(passes)
     await _run_until(service, passes=1)
-    assert not service._task.done()  # type: ignore[union-attr]
+    assert service.ready
     assert (service.failures, service.passes) == (2, 1)
     await service.stop()
+    assert passes.closed
+    assert not service.ready
 
 
 @pytest.mark.parametrize("fenced", [ProducerFenced(), FencedError("newer compactor")])
 async def test_a_fenced_compactor_stops(fenced: BaseException) -> None:
-    service = _service(_Passes(fenced))
+    passes = _Passes(fenced)
+    service = await _started(passes)
     await _run_until(service, passes=1)
-    task = service._task
-    assert task is not None
-    assert task.done()
-    with pytest.raises(FencedError):
-        task.result()
+    assert service.ended
+    assert not service.ready
+    with pytest.raises(FencedError):  # the process exits by it (1)
+        await service.wait_stopped()
+    await service.stop()  # the fenced error was said once; the stop still closes
+    assert passes.closed
