@@ -14,7 +14,10 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable, Coroutine
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ares.probes import ProbeServer
@@ -183,3 +186,17 @@ async def serve(service: Service, http_port: int | None = None,
             await probes.stop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+def spawn(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``ares run <args>`` as a process of its own, the way an operator starts one.
+
+    The demo and the chaos runner SIGKILL what this starts, so it must be the real service
+    process, not a task in theirs. It leads a session of its own (a kill of its process
+    group takes its children too) and appends its output to ``log_path``.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "ares", "run", *args], env=dict(env),
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)

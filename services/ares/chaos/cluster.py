@@ -13,7 +13,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from ares.devenv import kafka as dev_kafka
 from ares.devenv import postgres as dev_postgres
 from ares.devenv.process import pid_alive, tail
 from ares.errors import InfrastructureError
+from ares.service import spawn
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:
@@ -57,12 +57,7 @@ class Service:
         return self.spec.name
 
     def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ares", "run", *self.spec.args], env=self.env,
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+        self.proc = spawn(self.spec.args, self.env, self.log)
         self.starts += 1
         self.down_by_fault = False
 

@@ -6,9 +6,10 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ares.service import spawn
 
 
 @dataclass(slots=True)
@@ -20,12 +21,7 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = field(default=None)
 
     def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ares", "run", *self.args], env=self.env,
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+        self.proc = spawn(self.args, self.env, self.log)
 
     @property
     def alive(self) -> bool:

@@ -23,28 +23,20 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from ares import metrics
-from ares.commands.model import (
-    Command,
-    InvalidCommandError,
-    Reply,
-    ReplyStatus,
-    with_command_metadata,
-)
 from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
-from ares.errors import AresError, ConflictError, FencedError, SchemaError
-from ares.events.kafka.dlq import DeadLetter
+from ares.errors import AresError, FencedError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.groups import describe_group, runtime_group
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner, new_consumer
-from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
+from ares.runtime_manager.admission import Gate
+from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
 log = logging.getLogger(__name__)
-FORWARDED_FROM = "ares.forwarded.from"
 HEARTBEAT_INTERVAL_MS = 1000
 # A partition whose takeover failed (a hanging transaction, the broker away) is tried again
 # this often while it stays assigned: an operator's fix brings it back without a restart.
@@ -80,10 +72,11 @@ class PartitionOwner:
         self.dlq_topic = plan.name(DLQ)
         self.writers: dict[int, PartitionWriter] = {}
         self.ready = asyncio.Event()
-        self.dead_letters = 0
         self.issuers = IssuerPolicy.parse(settings.command_issuers)
-        self.gate = Gate(settings.max_record_bytes, plan.partitions,
-                         plan.topic(REPLIES).partitions, plan.name(REPLIES), self.issuers)
+        self.commands = CommandHandler(
+            Gate(settings.max_record_bytes, plan.partitions, plan.topic(REPLIES).partitions,
+                 plan.name(REPLIES), self.issuers),
+            self.host, Topics(self.commands_topic, self.replies_topic, self.dlq_topic))
         self._instance_id = instance_id
         # Our member's client id in the group: the worker id other members see.
         self.client_id = client_id or instance_id or "ares-runtime"
@@ -327,7 +320,7 @@ class PartitionOwner:
 
         async def work(tx: TransactionScope) -> None:
             for record in records:
-                await self._handle_record(tx, tp, record)
+                await self.commands.handle(tx, tp, record)
             await tx.commit_offsets({tp: records[-1].offset + 1}, self.group_id)
 
         try:
@@ -352,91 +345,6 @@ class PartitionOwner:
             assert self._consumer is not None
             self._consumer.seek(tp, records[0].offset)
             await asyncio.sleep(0.2)
-
-    async def _handle_record(self, tx: TransactionScope, tp: TopicPartition,
-                             record: ConsumerRecord) -> None:
-        """Never raises: whatever goes wrong with one record is dead-lettered."""
-        try:
-            await self._handle_command(tx, tp, record)
-        except SchemaError as exc:
-            await self._dead_letter(tx, tp, record, _reason(exc, "invalid_command"),
-                                    _detail(exc))
-        except RecursionError:  # JSON nested deeper than Python parses: bad input, no bug
-            await self._dead_letter(tx, tp, record, "invalid_payload",
-                                    "JSON nested too deeply to parse")
-        except Exception as exc:  # a bug must not lose the command or stop the owner
-            log.exception("command at %s/%d@%d failed", tp.topic, tp.partition, record.offset)
-            await self._dead_letter(tx, tp, record, "handler_error",
-                                    f"{type(exc).__name__}: {exc}")
-
-    async def _handle_command(self, tx: TransactionScope, tp: TopicPartition,
-                              record: ConsumerRecord) -> None:
-        value = self.gate.admit_raw(record.value)
-        if isinstance(value, Refused):
-            await self._dead_letter(tx, tp, record, value.reason, value.detail)
-            return
-        command = Command.decode(value)
-        verdict = self.gate.admit(command, record.key, tp.partition, int(time.time() * 1000))
-        if isinstance(verdict, Refused):
-            await self._dead_letter(tx, tp, record, verdict.reason, verdict.detail)
-            if verdict.reply is not None:
-                await self._reply(tx, command, verdict.reply)
-            return
-        if isinstance(verdict, Forward):
-            await tx.send(self.commands_topic, value, key=record.key, partition=verdict.partition,
-                          headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
-            return
-        if isinstance(verdict, Expired):
-            log.info("dropping expired command %s (%s for %s)", command.id, command.type,
-                     command.stream_id)
-            reply = Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                          message="expired: the sender's deadline passed before an owner "
-                                  "took the command")
-        else:
-            reply = await self._dispatch(tx, tp, record, command)
-        metrics.COMMANDS.labels(command.type, str(reply.status)).inc()
-        if command.reply_to is not None:
-            await self._reply(tx, command, reply)
-
-    async def _dispatch(self, tx: TransactionScope, tp: TopicPartition, record: ConsumerRecord,
-                        command: Command) -> Reply:
-        if command.type == "events.append":
-            expected = int(command.payload["expected_version"])
-            try:
-                version = await tx.append(command.stream_id,
-                                          with_command_metadata(command.events(), command),
-                                          expected)
-            except ConflictError as exc:
-                return Reply(command.id, ReplyStatus.CONFLICT, command.stream_id,
-                             exc.actual, exc.expected, exc.actual, str(exc))
-            except (AresError, ValueError) as exc:  # invalid events: the input is kept
-                await self._dead_letter(tx, tp, record, _reason(exc, "invalid_command"),
-                                        _detail(exc))
-                return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                             message=str(exc))
-            return Reply(command.id, ReplyStatus.OK, command.stream_id, version)
-        try:
-            return await self.host.handle(tx, command)
-        except InvalidCommandError as exc:
-            await self._dead_letter(tx, tp, record, exc.reason, exc.detail)
-            return Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                         message=str(exc))
-
-    async def _reply(self, tx: TransactionScope, command: Command, reply: Reply) -> None:
-        partition = int(command.reply_to or "0")
-        await tx.send(self.replies_topic, reply.encode(), key=command.id.encode(),
-                      partition=partition)
-
-    async def _dead_letter(self, tx: TransactionScope, tp: TopicPartition, record: ConsumerRecord,
-                           reason: str, detail: str) -> None:
-        self.dead_letters += 1
-        metrics.DEAD_LETTERS.labels(reason).inc()
-        log.warning("dead letter from %s/%d@%d: %s: %s", tp.topic, tp.partition,
-                    record.offset, reason, detail)
-        letter = DeadLetter(reason, detail, tp.topic, tp.partition, record.offset,
-                            record.key, record.value)
-        await tx.send(self.dlq_topic, record.value or b"", key=record.key,
-                      headers=letter.headers())
 
 
 @contextlib.asynccontextmanager
@@ -472,11 +380,3 @@ async def _heartbeats_kept(consumer: AIOKafkaConsumer | None) -> AsyncIterator[N
         yield
     finally:
         await cancel_and_wait(task)
-
-
-def _reason(exc: BaseException, default: str) -> str:
-    return str(getattr(exc, "reason", None) or default)
-
-
-def _detail(exc: BaseException) -> str:
-    return str(getattr(exc, "detail", None) or exc)
