@@ -11,7 +11,8 @@ import pytest
 
 PURE = ["ares.lifecycle", "ares.lifecycle.state", "ares.lifecycle.genealogy",
         "ares.lifecycle.recovery", "ares.lifecycle.verification", "ares.lifecycle.events",
-        "ares.lifecycle.backoff", "ares.views", "ares.views.agents"]
+        "ares.lifecycle.backoff", "ares.lifecycle.transitions", "ares.views",
+        "ares.views.agents", "ares.views.tally"]
 FORBIDDEN = ("aiokafka", "asyncpg", "aiohttp", "ares.events.kafka", "ares.runtime_manager",
              "ares.health_checker", "ares.compactor", "ares.replay_reader")
 

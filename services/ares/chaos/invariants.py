@@ -26,10 +26,12 @@ from ares.chaos.load import Acks
 from ares.demo.report import build_report
 from ares.events.model import Event
 from ares.lifecycle import events as ev
+from ares.lifecycle import state as lc
+from ares.lifecycle import transitions as tr
 
-# An agent's status is settled by these; ``agent.dead`` and ``agent.resurrecting`` are not.
-VERDICTS = (ev.AGENT_STARTED, ev.AGENT_RESURRECTED, ev.AGENT_QUARANTINED, ev.AGENT_STOPPED)
-UNSETTLED = (ev.AGENT_DEAD, ev.AGENT_RESURRECTING)
+# The statuses that await a verdict (a resurrection, quarantine or stop), with the event
+# that leads to each, for the violation's text.
+UNSETTLED = {lc.Status.DEAD: ev.AGENT_DEAD, lc.Status.RESURRECTING: ev.AGENT_RESURRECTING}
 MAX_LISTED = 50  # violations of one kind listed one by one; the rest are counted
 
 
@@ -146,55 +148,73 @@ def _check_agent(agent_id: str, events: Sequence[Event], acked_tasks: Sequence[s
     if not events:
         bad.add("agent_lost", f"{agent_id}: started (acknowledged), no event in the log")
         return
-    assigned: set[str] = set()
-    done: set[str] = set()
-    call_tasks: dict[str, str] = {}  # tool call id -> its task (from the intent)
-    doubted: set[str] = set()
-    status = reason = ""
+    tasks = _Tasks()
+    folder = lc.Folder(lc.AgentLifecycle(agent_id))  # the runtime's own fold decides status
     for event in events:
-        p = event.payload
-        if event.type == ev.TASK_ASSIGNED:
-            assigned.add(str(p.get("task_id")))
-        elif event.type in (ev.TASK_COMPLETED, ev.TASK_FAILED):
-            task_id = str(p.get("task_id"))
-            if task_id in done:
-                bad.add("task_finished_twice", f"{agent_id}/{task_id}: a second {event.type} "
-                                               f"at version {event.version}")
-            done.add(task_id)
-            if event.type == ev.TASK_COMPLETED:
-                found.tasks_completed += 1
-                if (agent_id, task_id) not in sent:
-                    bad.add("email_missing", f"{agent_id}/{task_id} completed, its e-mail "
-                                             "is in no ledger")
-            else:
-                found.tasks_failed += 1
-        elif event.type == "tool.call.intent":
-            call_tasks[str(p.get("call_id"))] = str(p.get("task_id"))
-        elif event.type == "tool.in_doubt" and str(p.get("call_id")) in call_tasks:
-            doubted.add(call_tasks[str(p.get("call_id"))])
-        if event.type == ev.AGENT_DEAD:
-            found.deaths += 1
-        elif event.type == ev.AGENT_RESURRECTED:
-            found.resurrections += 1
-        if event.type in VERDICTS or event.type in UNSETTLED:
-            status = event.type
-            if status == ev.AGENT_QUARANTINED:
-                reason = str(p.get("reason"))
-    if status == ev.AGENT_QUARANTINED:
+        transition = folder.step(event)
+        if transition is None:
+            tasks.observe_tool(event)
+        else:
+            _count(agent_id, event, transition, tasks, sent, found, bad)
+    life = folder.freeze()
+    if life.status is lc.Status.QUARANTINED:
         found.quarantined.append(agent_id)
-        found.quarantine_reasons[agent_id] = reason
-    if status in UNSETTLED:
-        bad.add("dead_without_verdict", f"{agent_id}: its last lifecycle event is {status}")
+        found.quarantine_reasons[agent_id] = str(life.quarantine_reason)
+    if life.status in UNSETTLED:
+        bad.add("dead_without_verdict",
+                f"{agent_id}: its last lifecycle event is {UNSETTLED[life.status]}")
     for task_id in acked_tasks:
-        if task_id not in assigned:
+        if task_id not in tasks.assigned:
             bad.add("acked_task_lost", f"{agent_id}/{task_id} was acknowledged, no "
                                        "task.assigned in the log")
-        elif task_id in done:
+        elif task_id in tasks.done:
             continue
-        elif task_id in doubted:
+        elif task_id in tasks.doubted:
             found.tasks_in_doubt += 1
-        elif status == ev.AGENT_QUARANTINED:  # a quarantined agent's tasks wait for an operator
+        elif life.status is lc.Status.QUARANTINED:  # its tasks wait for an operator
             found.tasks_awaiting_operator += 1
         else:
             bad.add("task_not_finished", f"{agent_id}/{task_id}: neither completed nor "
                                          "surfaced in doubt")
+
+
+@dataclass(slots=True)
+class _Tasks:
+    """One agent's tasks as the log tells them: every finish is checked, not only the
+    first the fold counts, since a second one is what invariant 5 looks for."""
+
+    assigned: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
+    call_tasks: dict[str, str] = field(default_factory=dict)  # tool call id -> its task
+    doubted: set[str] = field(default_factory=set)
+
+    def observe_tool(self, event: Event) -> None:
+        p = event.payload
+        if event.type == "tool.call.intent":
+            self.call_tasks[str(p.get("call_id"))] = str(p.get("task_id"))
+        elif event.type == "tool.in_doubt" and str(p.get("call_id")) in self.call_tasks:
+            self.doubted.add(self.call_tasks[str(p.get("call_id"))])
+
+
+def _count(agent_id: str, event: Event, t: tr.Transition, tasks: _Tasks,
+           sent: set[tuple[str, str]], found: Findings, bad: _Violations) -> None:
+    """What one lifecycle transition adds to the findings."""
+    if isinstance(t, tr.TaskAssigned):
+        tasks.assigned.add(str(t.task_id))
+    elif isinstance(t, tr.TASK_ENDS):
+        task_id = str(t.task_id)
+        if task_id in tasks.done:
+            bad.add("task_finished_twice", f"{agent_id}/{task_id}: a second {event.type} "
+                                           f"at version {event.version}")
+        tasks.done.add(task_id)
+        if isinstance(t, tr.TaskFailed):
+            found.tasks_failed += 1
+            return
+        found.tasks_completed += 1
+        if (agent_id, task_id) not in sent:
+            bad.add("email_missing", f"{agent_id}/{task_id} completed, its e-mail is in no "
+                                     "ledger")
+    elif isinstance(t, tr.Died):
+        found.deaths += 1
+    elif isinstance(t, tr.Resurrected):
+        found.resurrections += 1

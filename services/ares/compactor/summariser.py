@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from ares.events.model import Event
-from ares.lifecycle import events as ev
+from ares.lifecycle import transitions as tr
 from ares.summaries.record import Summary, SummaryFacts, to_micros
 
 MAX_TASK_IDS = 50  # task ids kept in the facts; the count stays exact
@@ -33,7 +33,8 @@ REQUEST_CHARS = 120
 # Keys of a task input that hold the user's request, in order of preference.
 REQUEST_KEYS = ("request", "prompt", "text", "query", "question", "message", "goal", "task")
 
-_TASK_TYPES = ev.TASK_TYPES
+_TASKS = (tr.TaskAssigned, *tr.TASK_ENDS)
+TransitionKind: TypeAlias = type[tr.Transition]  # (a name: EventFact.type shadows type)
 _WORK_TYPES = frozenset({"step.completed", "llm.call", "tool.call.intent",
                          "tool.call.completed", "tool.call.failed"})
 
@@ -55,24 +56,31 @@ class EventFact:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     request: str | None = None  # task.assigned: the user request of its input
+    # What the event is to the agent's lifecycle (``ares.lifecycle.transitions``): its
+    # class only, the few fields a summary needs are copied above.
+    transition: TransitionKind | None = None
 
     @classmethod
     def of(cls, event: Event, offset: int) -> EventFact:
         p = event.payload
         kind = event.type
-        task_id = _str(p.get("task_id")) if kind in _TASK_TYPES or kind in _WORK_TYPES else None
-        tool = call_id = model = request = None
+        transition = tr.read(event)
+        task_id = tool = call_id = model = request = None
         prompt = completion = 0
+        if isinstance(transition, _TASKS):
+            task_id = transition.task_id
+            if isinstance(transition, tr.TaskAssigned):
+                request = user_request(transition.input_json)
+        elif kind in _WORK_TYPES:
+            task_id = _str(p.get("task_id"))
         if kind.startswith("tool.call."):
             tool, call_id = _str(p.get("tool")), _str(p.get("call_id"))
         elif kind == "llm.call":
             model = _str(p.get("model"))
             prompt, completion = _int(p.get("prompt_tokens")), _int(p.get("completion_tokens"))
-        elif kind == ev.TASK_ASSIGNED:
-            request = user_request(p.get("input_json"))
         return cls(event.version, offset, event.hash, event.prev_hash,
                    to_micros(event.timestamp), kind, task_id, tool, call_id, model, prompt,
-                   completion, request)
+                   completion, request, None if transition is None else type(transition))
 
 
 def user_request(input_json: Any) -> str | None:
@@ -116,9 +124,14 @@ class FactsBuilder:
         self.count += 1
         self.last_us = max(self.last_us, fact.timestamp_us)
         self.types[fact.type] += 1
-        if fact.task_id is not None and fact.type in _TASK_TYPES:
+        if fact.transition is None:
+            _WORK_RULES.get(fact.type, _work)(self, fact)
+            return
+        if fact.task_id is not None and fact.transition in _TASKS:
             self.tasks.setdefault(fact.task_id)
-        _RULES.get(fact.type, _work)(self, fact)
+        rule = _LIFE_RULES.get(fact.transition)
+        if rule is not None:
+            rule(self, fact)
 
     def build(self) -> SummaryFacts:
         outcome = self.life or self.task_outcome or "idle"
@@ -177,17 +190,17 @@ def _llm(b: FactsBuilder, fact: EventFact) -> None:
         b.models.setdefault(fact.model)
 
 
-def _ended(state: str) -> Any:
-    def rule(b: FactsBuilder, fact: EventFact) -> None:
-        b.life = state
-        if state == "dead":
-            b.deaths += 1
-    return rule
+def _ended(b: FactsBuilder, fact: EventFact) -> None:
+    # stopped | quarantined | dead: the status the lifecycle says the event leads to.
+    status = None if fact.transition is None else fact.transition.status
+    b.life = None if status is None else status.value
+    if fact.transition is tr.Died:
+        b.deaths += 1
 
 
 def _restarted(b: FactsBuilder, fact: EventFact) -> None:
     b.life = None
-    if fact.type == ev.AGENT_RESURRECTED:
+    if fact.transition is tr.Resurrected:
         b.resurrections += 1
 
 
@@ -195,14 +208,15 @@ def _snapshot(b: FactsBuilder, fact: EventFact) -> None:
     b.snapshots += 1
 
 
-_RULES = {
-    ev.TASK_ASSIGNED: _assigned, ev.TASK_COMPLETED: _completed, ev.TASK_FAILED: _failed,
+_WORK_RULES = {
     "tool.call.intent": _intent, "tool.call.completed": _tool_outcome,
     "tool.call.failed": _tool_outcome, "llm.call": _llm,
-    ev.AGENT_STOPPED: _ended("stopped"), ev.AGENT_QUARANTINED: _ended("quarantined"),
-    ev.AGENT_DEAD: _ended("dead"), ev.AGENT_STARTED: _restarted,
-    ev.AGENT_RESURRECTED: _restarted, ev.AGENT_RESUMED: _restarted,
-    ev.SNAPSHOT_TAKEN: _snapshot,
+}
+# What each lifecycle transition adds to the facts (resurrecting, handed-off: nothing).
+_LIFE_RULES: dict[TransitionKind, Callable[[FactsBuilder, EventFact], None]] = {
+    tr.TaskAssigned: _assigned, tr.TaskCompleted: _completed, tr.TaskFailed: _failed,
+    **dict.fromkeys(tr.ENDINGS, _ended), **dict.fromkeys(tr.RESTARTS, _restarted),
+    tr.SnapshotTaken: _snapshot,
 }
 
 

@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ares.events.model import Event
-from ares.lifecycle import events as ev
+from ares.lifecycle import state as lc
+from ares.lifecycle import transitions as tr
 
 
 @dataclass(slots=True)
@@ -19,6 +20,7 @@ class AgentProgress:
     steps: int = 0
     tokens: int = 0
     tasks_done: int = 0
+    life: lc.AgentLifecycle | None = None  # its lifecycle folded so far (None: no event)
 
 
 @dataclass(slots=True)
@@ -32,27 +34,24 @@ class FleetState:
         agent = self.agents.get(event.stream_id)
         if agent is None:
             return
-        p = event.payload
-        if event.type == ev.AGENT_STARTED:
-            agent.kind = str(p.get("kind", agent.kind))
-            agent.incarnation = int(p.get("incarnation") or 1)
-            agent.worker = str(p.get("worker") or "")
-            agent.status = "running"
-        elif event.type == ev.AGENT_RESURRECTED:
-            agent.incarnation = int(p.get("incarnation") or agent.incarnation)
-            agent.worker = str(p.get("worker") or agent.worker)
-            agent.status = "running"
-        elif event.type in (ev.AGENT_DEAD, ev.AGENT_RESURRECTING, ev.AGENT_QUARANTINED,
-                            ev.AGENT_STOPPED):
-            agent.status = event.type.split(".", 1)[1]
-        elif event.type == "llm.call":
-            agent.steps += 1
-            agent.tokens += int(p.get("prompt_tokens") or 0) + int(
-                p.get("completion_tokens") or 0)
-        elif event.type == ev.TASK_COMPLETED:
+        before = agent.life or lc.AgentLifecycle(agent.agent_id)
+        agent.life, transition = lc.step(before, event)
+        if transition is None:
+            if event.type == "llm.call":
+                p = event.payload
+                agent.steps += 1
+                agent.tokens += int(p.get("prompt_tokens") or 0) + int(
+                    p.get("completion_tokens") or 0)
+            return
+        if transition.status is not None:  # the status the runtime's own fold gives it
+            life = agent.life
+            agent.status = life.status.value
+            agent.kind, agent.incarnation, agent.worker = (life.kind, life.incarnation,
+                                                           life.worker or "")
+        elif isinstance(transition, tr.TaskCompleted):
             agent.tasks_done += 1
             if agent.tasks_done >= self.tasks_of(agent):
-                agent.status = "done"
+                agent.status = "done"  # the demo's own: every task it was given is done
 
     def tasks_of(self, agent: AgentProgress) -> int:
         return 3 if agent.kind == "example.chat" else 1

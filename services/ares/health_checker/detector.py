@@ -64,6 +64,8 @@ from ares.health_checker.model import (
     alert_id,
 )
 from ares.lifecycle import events as ev
+from ares.lifecycle import transitions as tr
+from ares.lifecycle.transitions import Status
 
 log = logging.getLogger(__name__)
 
@@ -157,51 +159,67 @@ class HealthState:
         if view.first_known is None:
             view.first_known = ts
         view.last_progress = _later(view.last_progress, ts)
-        payload = event.payload if isinstance(event.payload, Mapping) else {}
-        handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(self, view, event, payload, ts)
+        # The lifecycle decides what the event is (and the status it leads to); the
+        # checker only adds its clocks and verdicts on top.
+        transition = tr.read(event)
+        if transition is not None:
+            self._react(view, event, transition, ts)
         if not event.type.startswith(NOT_WORK_PREFIXES):
             view.last_work = (event.type, event.version)
-            if event.type == ev.TASK_ASSIGNED and (task := payload.get("task_id")):
-                view.pending.add(str(task))
-            elif event.type in (ev.TASK_COMPLETED, ev.TASK_FAILED):
-                view.pending.discard(str(payload.get("task_id")))
-            elif event.type == "tool.in_doubt":
+            if event.type == "tool.in_doubt":
                 view.paused = True
             elif event.type == "tool.call.resolved":
                 view.paused = False
 
-    def _on_started(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                    ts: float) -> None:
-        if event.version == 1 or view.phase in (Phase.STOPPED, Phase.QUARANTINED,
-                                                Phase.STARTING):
-            self._forgive(view)  # a fresh start: a new budget, as the runtime's guard does
-        view.phase = Phase.RUNNING
-        view.kind = _str(p, "kind") or view.kind
-        view.declared_step_timeout = _declared_timeout(_str(p, "config_json"))
-        view.incarnation = _int(p, "incarnation") or view.incarnation
-        view.worker = _str(p, "worker")
+    def _react(self, view: AgentView, event: Event, t: tr.Transition, ts: float) -> None:
+        previous = view.phase
+        if t.status is not None:
+            view.phase = Phase(t.status.value)
+        match t:
+            case tr.Started():
+                self._on_started(view, t, ts, previous)
+            case tr.Stopped() | tr.Quarantined():
+                # Quarantine: a death still open failed; stop: it was abandoned.
+                outcome = Outcome.ABANDONED if isinstance(t, tr.Stopped) else Outcome.FAILED
+                self._close_death(view, outcome, ts)
+                view.verdict = None
+                view.lost_from = None
+            case tr.Died():
+                self._on_dead(view, event, t, ts)
+            case tr.Resurrected():
+                self._on_resurrected(view, t, ts)
+            case tr.Resumed():
+                self._forgive(view, view.phase)
+            case tr.HandedOff():
+                view.phase = Phase.HANDED_OFF
+                view.verdict = None
+                view.grace_until = max(view.grace_until, ts + self._grace(view))
+            case tr.TaskAssigned() if t.task_id:
+                view.pending.add(t.task_id)
+            case tr.TaskCompleted() | tr.TaskFailed():
+                view.pending.discard(str(t.task_id))
+            case _:
+                pass  # resurrecting (the phase says it all), snapshots
+
+    def _on_started(self, view: AgentView, t: tr.Started, ts: float,
+                    previous: Phase) -> None:
+        if tr.starts_afresh(_status_of(previous)):
+            self._forgive(view, previous)  # a new budget, as the runtime's fold has it
+        view.kind = t.kind or view.kind
+        view.declared_step_timeout = _declared_timeout(t.config_json)
+        view.incarnation = t.incarnation or view.incarnation
+        view.worker = t.worker
         self._started(view, ts)
 
-    def _on_stopped(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                    ts: float) -> None:
-        view.phase = Phase.STOPPED
-        self._close_death(view, Outcome.ABANDONED, ts)
-        view.verdict = None
-        view.lost_from = None
-
-    def _on_dead(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                 ts: float) -> None:
-        facts = self._death_facts(view, event, p, ts)
+    def _on_dead(self, view: AgentView, event: Event, t: tr.Died, ts: float) -> None:
+        facts = self._death_facts(view, event, t, ts)
         self._close_death(view, Outcome.FAILED, ts)  # it died again before confirmation
-        view.phase = Phase.DEAD
         view.open_death = Death(facts)
         if view.verdict is not None and view.verdict.incarnation <= facts.incarnation:
             view.verdict = None  # the owner recorded the death we declared
         view.lost_from = None
         if view.last_start is not None and ts - view.last_start >= self.config.healthy_after_s:
-            self._forgive(view)  # the incarnation that died had been healthy
+            self._forgive(view, view.phase)  # the incarnation that died had been healthy
         if facts.cause not in NOT_COUNTED:
             view.deaths.append(facts)
         horizon = ts - self.config.loop_window_s
@@ -210,15 +228,9 @@ class HealthState:
             view.loop = Loop(alert_id(f"{DEATH_LOOP}/{view.agent_id}/{event.id}"),
                              fingerprint(view.deaths), ts, self.config.loop_window_s)
 
-    def _on_resurrecting(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                         ts: float) -> None:
-        view.phase = Phase.RESURRECTING
-
-    def _on_resurrected(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                        ts: float) -> None:
-        view.phase = Phase.RUNNING
-        view.incarnation = _int(p, "incarnation") or view.incarnation + 1
-        view.worker = _str(p, "worker") or view.worker
+    def _on_resurrected(self, view: AgentView, t: tr.Resurrected, ts: float) -> None:
+        view.incarnation = t.incarnation or view.incarnation + 1
+        view.worker = t.worker or view.worker
         view.lost_from = None
         self._started(view, ts)
         if view.open_death is not None:
@@ -227,41 +239,23 @@ class HealthState:
             if view.seen_incarnation >= view.incarnation and view.seen_status == "running":
                 self._confirm(view, _later(view.last_seen, ts))
 
-    def _on_quarantined(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                        ts: float) -> None:
-        view.phase = Phase.QUARANTINED
-        self._close_death(view, Outcome.FAILED, ts)
-        view.verdict = None
-        view.lost_from = None
-
-    def _on_resumed(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                    ts: float) -> None:
-        view.phase = Phase.STARTING
-        self._forgive(view)
-
-    def _on_handed_off(self, view: AgentView, event: Event, p: Mapping[str, Any],
-                       ts: float) -> None:
-        view.phase = Phase.HANDED_OFF
-        view.verdict = None
-        view.grace_until = max(view.grace_until, ts + self._grace(view))
-
     def _started(self, view: AgentView, ts: float) -> None:
         view.last_start = ts
         view.verdict = None
         view.grace_until = max(view.grace_until, ts + self._grace(view))
 
-    def _death_facts(self, view: AgentView, event: Event, p: Mapping[str, Any],
+    def _death_facts(self, view: AgentView, event: Event, t: tr.Died,
                      ts: float) -> DeathFacts:
         work_type, work_version = view.last_work or (None, None)
         if work_type is None:  # the work before it predates what we read: the runtime's
-            reported = _str(p, "last_event_type")
+            reported = t.last_event_type
             if reported is not None and not reported.startswith(NOT_WORK_PREFIXES):
-                work_type, work_version = reported, _int(p, "last_version")
+                work_type, work_version = reported, t.last_version
         return DeathFacts(
-            event_id=event.id, at=ts, cause=_str(p, "cause") or "unknown",
-            incarnation=_int(p, "incarnation") or view.incarnation,
-            error_type=_str(p, "error_type"), error_message=_str(p, "error_message"),
-            traceback_digest=_str(p, "traceback_digest"), last_event_type=work_type,
+            event_id=event.id, at=ts, cause=t.cause or "unknown",
+            incarnation=t.incarnation or view.incarnation,
+            error_type=t.error_type, error_message=t.error_message,
+            traceback_digest=t.traceback_digest, last_event_type=work_type,
             last_version=work_version, progress=view.seen_progress)
 
     # -- input: heartbeats ---------------------------------------------------------------
@@ -327,9 +321,11 @@ class HealthState:
         if death is not None and self.is_live(view.partition):
             self.observer.resurrection(outcome, None)
 
-    def _forgive(self, view: AgentView) -> None:
+    def _forgive(self, view: AgentView, phase: Phase) -> None:
+        """Forget the deaths; a loop is kept while the agent is (was, for a start right
+        after a quarantine) quarantined: its alert and quarantine stand."""
         view.deaths.clear()
-        if view.phase is not Phase.QUARANTINED:
+        if phase is not Phase.QUARANTINED:
             view.loop = None
 
     # -- output --------------------------------------------------------------------------
@@ -431,16 +427,12 @@ class HealthState:
         return self.config.grace_for(part.interval_s if part is not None else 1.0)
 
 
-_HANDLERS = {
-    ev.AGENT_STARTED: HealthState._on_started,
-    ev.AGENT_STOPPED: HealthState._on_stopped,
-    ev.AGENT_DEAD: HealthState._on_dead,
-    ev.AGENT_RESURRECTING: HealthState._on_resurrecting,
-    ev.AGENT_RESURRECTED: HealthState._on_resurrected,
-    ev.AGENT_QUARANTINED: HealthState._on_quarantined,
-    ev.AGENT_RESUMED: HealthState._on_resumed,
-    HANDED_OFF: HealthState._on_handed_off,
-}
+def _status_of(phase: Phase) -> Status | None:
+    """The lifecycle status behind a phase (``None``: no lifecycle event read yet); a
+    hand-off leaves the status as it was, running."""
+    if phase is Phase.UNKNOWN:
+        return None
+    return Status.RUNNING if phase is Phase.HANDED_OFF else Status(phase.value)
 
 
 def _epoch(ts: datetime) -> float:

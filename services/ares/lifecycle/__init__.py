@@ -3,8 +3,10 @@
 What every service reads of an agent's life, in one place:
 
     events       the lifecycle's event types, defined once
-    state        AgentLifecycle and its fold over an agent's events (status, incarnation,
-                 restarts, the task queue)
+    transitions  what each event means, decided once: a typed Transition (Started, Died,
+                 Resurrected, Quarantined, TaskAssigned...) and the Status it leads to
+    state        AgentLifecycle and the one fold of an agent's transitions (status,
+                 incarnation, restarts, the task queue); ``step`` reports each transition
     genealogy    every incarnation of an agent: parent, start, end, cause of death
     recovery     recovery plans and records, snapshot checks, state hashes, checkpoints
     verification the stream verifier a replay runs each event through

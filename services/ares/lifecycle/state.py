@@ -15,7 +15,9 @@ Snapshots: recovery from a snapshot replays only the events after it, so the lif
 state must travel inside the snapshot (``to_json``/``from_json``) next to the agent's own
 ``snapshot()``; otherwise kind, incarnation and pending tasks would be lost.
 
-Event types and payload fields read (``schemas/ares.v1.Event.avsc``):
+What each event means is decided once, by ``transitions.read`` (one typed ``Transition``
+per event type; ``Folder.step`` reports it to the readers that react to it); the payload
+fields it reads (``schemas/ares.v1.Event.avsc``):
 
 * ``agent.started``      kind, config_json, incarnation, worker
 * ``agent.stopped``      reason (not read: any stop ends the incarnation voluntarily)
@@ -27,19 +29,20 @@ Event types and payload fields read (``schemas/ares.v1.Event.avsc``):
 * ``task.assigned``      task_id, input_json
 * ``task.completed``     task_id
 * ``task.failed``        task_id, retriable
+* ``agent.handed_off``   (none: the status does not change)
 * ``snapshot.taken``     snapshot_version
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC
-from enum import StrEnum
 from typing import Any
 
 from ares.events.model import Event
+from ares.lifecycle import transitions as tr
 from ares.lifecycle.events import (
     AGENT_DEAD,
     AGENT_QUARANTINED,
@@ -54,15 +57,7 @@ from ares.lifecycle.events import (
     TASK_COMPLETED,
     TASK_FAILED,
 )
-
-
-class Status(StrEnum):
-    STARTING = "starting"  # no incarnation runs yet (new, or resumed and not yet started)
-    RUNNING = "running"
-    STOPPED = "stopped"
-    DEAD = "dead"  # a death is recorded and no resurrection is announced yet
-    RESURRECTING = "resurrecting"
-    QUARANTINED = "quarantined"
+from ares.lifecycle.transitions import Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +186,13 @@ def fold(state: AgentLifecycle, event: Event) -> AgentLifecycle:
     return folder.freeze()
 
 
+def step(state: AgentLifecycle, event: Event) -> tuple[AgentLifecycle, tr.Transition | None]:
+    """``fold``, with the transition ``event`` was (``None``: not a lifecycle event)."""
+    folder = Folder(state)
+    transition = folder.step(event)
+    return folder.freeze(), transition
+
+
 def fold_all(state: AgentLifecycle, events: Iterable[Event]) -> AgentLifecycle:
     """``fold`` over ``events``, without an intermediate state per event (replay path)."""
     folder = Folder(state)
@@ -271,70 +273,77 @@ class Folder:
     def apply(self, event: Event) -> bool:
         """Fold ``event`` in; whether tasks are open after it (``has_pending``, without a
         second call: a replay tracks the open tasks' journal after every event)."""
-        event_type = event.type
-        handler = _HANDLERS.get(event_type)
-        # Item assignments, not put(**...): this runs once per replayed event.
-        changes = self.changes
-        if handler is None:
-            self._untimed = event
-        else:
-            ts = _epoch(event)
-            payload = event.payload if isinstance(event.payload, Mapping) else {}
-            handler(self, payload, ts)
-            changes["last_event_time"] = ts
-            self._untimed = None
-        changes["version"] = event.version
-        changes["last_event_type"] = event_type
+        self.step(event)
         pending = self._pending
         return bool(pending if pending is not None else self.s.pending_tasks)
 
+    def step(self, event: Event) -> tr.Transition | None:
+        """Fold ``event`` in; the transition it was (``None``: not a lifecycle event), for
+        the readers that react to what happened as well as to the state it led to."""
+        transition = tr.read(event)
+        # Item assignments, not put(**...): this runs once per replayed event.
+        changes = self.changes
+        if transition is None:
+            self._untimed = event
+        else:
+            ts = _epoch(event)
+            _HANDLERS[type(transition)](self, transition, ts)
+            changes["last_event_time"] = ts
+            self._untimed = None
+        changes["version"] = event.version
+        changes["last_event_type"] = event.type
+        return transition
 
-def _on_started(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    previous = f.get("status")
-    fresh = f.get("version") == 0 or previous in (Status.STOPPED, Status.QUARANTINED)
+
+def _on_started(f: Folder, t: tr.Started, ts: float) -> None:
+    fresh = tr.starts_afresh(f.get("status"))
     f.put(status=Status.RUNNING, started_at=ts, stop_requested=False, resurrecting=False,
           quarantine_reason=None)
     if fresh:  # a first start, or a restart after a stop or quarantine: a new budget
         f.put(restarts=())
-    if (kind := _str(p, "kind")) is not None:
-        f.put(kind=kind)
-    if (config := _str(p, "config_json")) is not None:
-        f.put(config_json=config)
-    if (incarnation := _int(p, "incarnation")) is not None:
-        f.put(incarnation=incarnation)
-    f.put(worker=_str(p, "worker"))
+    if t.kind is not None:
+        f.put(kind=t.kind)
+    if t.config_json is not None:
+        f.put(config_json=t.config_json)
+    if t.incarnation is not None:
+        f.put(incarnation=t.incarnation)
+    f.put(worker=t.worker)
 
 
-def _on_stopped(f: Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_stopped(f: Folder, t: tr.Stopped, ts: float) -> None:
     f.put(status=Status.STOPPED, stop_requested=False, resurrecting=False)
 
 
-def _on_dead(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    f.put(status=Status.DEAD, resurrecting=False, last_death_cause=_str(p, "cause"),
+def _on_dead(f: Folder, t: tr.Died, ts: float) -> None:
+    f.put(status=Status.DEAD, resurrecting=False, last_death_cause=t.cause,
           restarts=(*f.get("restarts"), ts))
 
 
-def _on_resurrecting(f: Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_resurrecting(f: Folder, t: tr.Resurrecting, ts: float) -> None:
     # The dead incarnation is over and the next has not run: no start to be healthy from.
     f.put(status=Status.RESURRECTING, started_at=None)
-    _keep_last_deaths(f, _int(p, "attempt"))
+    _keep_last_deaths(f, t.attempt)
 
 
-def _on_resurrected(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    f.put(status=Status.RUNNING, started_at=ts, resurrecting=False, worker=_str(p, "worker"))
-    if (incarnation := _int(p, "incarnation")) is not None:
-        f.put(incarnation=incarnation)
+def _on_resurrected(f: Folder, t: tr.Resurrected, ts: float) -> None:
+    f.put(status=Status.RUNNING, started_at=ts, resurrecting=False, worker=t.worker)
+    if t.incarnation is not None:
+        f.put(incarnation=t.incarnation)
 
 
-def _on_quarantined(f: Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_quarantined(f: Folder, t: tr.Quarantined, ts: float) -> None:
     f.put(status=Status.QUARANTINED, resurrecting=False,
-          quarantine_reason=_str(p, "reason") or "unspecified")
-    _keep_last_deaths(f, _int(p, "deaths"))
+          quarantine_reason=t.reason or "unspecified")
+    _keep_last_deaths(f, t.deaths)
 
 
-def _on_resumed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
+def _on_resumed(f: Folder, t: tr.Resumed, ts: float) -> None:
     f.put(status=Status.STARTING, restarts=(), quarantine_reason=None, started_at=None,
           stop_requested=False, resurrecting=False)
+
+
+def _on_handed_off(f: Folder, t: tr.HandedOff, ts: float) -> None:
+    """Nothing changes: the next owner resumes the agent as it is (no death, no restart)."""
 
 
 def _keep_last_deaths(f: Folder, count: int | None) -> None:
@@ -344,17 +353,17 @@ def _keep_last_deaths(f: Folder, count: int | None) -> None:
         f.put(restarts=tuple(f.get("restarts")[-count:]))
 
 
-def _on_task_assigned(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    task_id = _str(p, "task_id")
-    if task_id is None or task_id in f.finished or any(t.task_id == task_id
-                                                        for t in f.pending):
+def _on_task_assigned(f: Folder, t: tr.TaskAssigned, ts: float) -> None:
+    task_id = t.task_id
+    if task_id is None or task_id in f.finished or any(p.task_id == task_id
+                                                        for p in f.pending):
         return  # a duplicate assignment is ignored
-    f.pending.append(PendingTask(task_id, _str(p, "input_json") or "null"))
+    f.pending.append(PendingTask(task_id, t.input_json or "null"))
     f.put(tasks_assigned=f.get("tasks_assigned") + 1)
 
 
-def _on_task_completed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    task_id = _str(p, "task_id")
+def _on_task_completed(f: Folder, t: tr.TaskCompleted, ts: float) -> None:
+    task_id = t.task_id
     if task_id is None or task_id in f.finished:
         return
     _drop_pending(f, task_id)
@@ -362,12 +371,12 @@ def _on_task_completed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
     f.put(tasks_completed=f.get("tasks_completed") + 1)
 
 
-def _on_task_failed(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    task_id = _str(p, "task_id")
+def _on_task_failed(f: Folder, t: tr.TaskFailed, ts: float) -> None:
+    task_id = t.task_id
     if task_id is None or task_id in f.finished:
         return
     _drop_pending(f, task_id)
-    if p.get("retriable") is not True:  # a retriable failure may be assigned again
+    if not t.retriable:  # a retriable failure may be assigned again
         f.finished.add(task_id)
     f.put(tasks_failed=f.get("tasks_failed") + 1)
 
@@ -379,23 +388,25 @@ def _drop_pending(f: Folder, task_id: str) -> None:
             return
 
 
-def _on_snapshot_taken(f: Folder, p: Mapping[str, Any], ts: float) -> None:
-    if (version := _int(p, "snapshot_version")) is not None:
-        f.put(snapshot_version=version)
+def _on_snapshot_taken(f: Folder, t: tr.SnapshotTaken, ts: float) -> None:
+    if t.snapshot_version is not None:
+        f.put(snapshot_version=t.snapshot_version)
 
 
-_HANDLERS = {
-    AGENT_STARTED: _on_started,
-    AGENT_STOPPED: _on_stopped,
-    AGENT_DEAD: _on_dead,
-    AGENT_RESURRECTING: _on_resurrecting,
-    AGENT_RESURRECTED: _on_resurrected,
-    AGENT_QUARANTINED: _on_quarantined,
-    AGENT_RESUMED: _on_resumed,
-    TASK_ASSIGNED: _on_task_assigned,
-    TASK_COMPLETED: _on_task_completed,
-    TASK_FAILED: _on_task_failed,
-    SNAPSHOT_TAKEN: _on_snapshot_taken,
+# How each transition (``transitions.read`` decides which an event is) changes the state.
+_HANDLERS: dict[type[Any], Callable[[Folder, Any, float], None]] = {
+    tr.Started: _on_started,
+    tr.Stopped: _on_stopped,
+    tr.Died: _on_dead,
+    tr.Resurrecting: _on_resurrecting,
+    tr.Resurrected: _on_resurrected,
+    tr.Quarantined: _on_quarantined,
+    tr.Resumed: _on_resumed,
+    tr.HandedOff: _on_handed_off,
+    tr.TaskAssigned: _on_task_assigned,
+    tr.TaskCompleted: _on_task_completed,
+    tr.TaskFailed: _on_task_failed,
+    tr.SnapshotTaken: _on_snapshot_taken,
 }
 
 
@@ -417,16 +428,6 @@ def dead_payload(state: AgentLifecycle, cause: str, *, error_type: str | None = 
 def _epoch(event: Event) -> float:
     ts = event.timestamp
     return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)).timestamp()
-
-
-def _str(p: Mapping[str, Any], key: str) -> str | None:
-    value = p.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _int(p: Mapping[str, Any], key: str) -> int | None:
-    value = p.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _req(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
@@ -454,5 +455,5 @@ __all__ = [
     "AGENT_RESURRECTING", "AGENT_STARTED", "AGENT_STOPPED", "LIFECYCLE_TYPES",
     "SNAPSHOT_TAKEN", "TASK_ASSIGNED", "TASK_COMPLETED", "TASK_FAILED", "AgentLifecycle",
     "Folder", "PendingTask", "Status", "clear_resurrecting", "dead_payload", "fold", "fold_all",
-    "from_events", "mark_resurrecting", "mark_stop_requested",
+    "from_events", "mark_resurrecting", "mark_stop_requested", "step",
 ]

@@ -2,8 +2,9 @@
 
 ``project`` turns decoded records of ``ares.events`` and ``ares.alerts`` into the rows of
 every table (``migrations/0001_projections.sql``), given the agents' rows as they were
-before the batch. Agents are folded with the runtime's own ``lifecycle.fold`` and the
-SDK's token accounting, so the projection cannot disagree with the host; genealogy is
+before the batch. Agents are ``ares.views.tally.AgentTally``, the read model the views
+are built on (the runtime's own lifecycle fold plus the SDK's token records), so the
+projection can disagree neither with the host nor with ``ares agents``; genealogy is
 recomputed by the caller from the stored lifecycle events with
 ``ares.lifecycle.genealogy``. The same code serves the projector and the reads that
 fall back to scanning Kafka when PostgreSQL is down.
@@ -12,15 +13,15 @@ fall back to scanning Kafka when PostgreSQL is down.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ares.agents import records as r
 from ares.events.model import Event
 from ares.lifecycle import state as lc
 from ares.lifecycle.genealogy import Incarnation
+from ares.views.tally import AgentTally
 
 AGENT_COLUMNS = (
     "agent_id", "kind", "status", "incarnation", "restarts", "deaths", "resurrections",
@@ -43,44 +44,9 @@ ALERT_COLUMNS = ("alert_id", "stream_id", "kind", "severity", "message", "source
 
 
 @dataclass(frozen=True, slots=True)
-class AgentRow:
-    """One agent as the projection holds it."""
-
-    lifecycle: lc.AgentLifecycle
-    deaths: int = 0
-    resurrections: int = 0
-    llm_calls: int = 0
-    tokens_prompt: int = 0
-    tokens_completion: int = 0
-    tokens_reused: int = 0
-    resumes: int = 0
-
-    @property
-    def agent_id(self) -> str:
-        return self.lifecycle.agent_id
-
-    def fold(self, events: Iterable[Event]) -> AgentRow:
-        """This row after ``events`` of its stream, in log order."""
-        counts = {"deaths": self.deaths, "resurrections": self.resurrections,
-                  "llm_calls": self.llm_calls, "tokens_prompt": self.tokens_prompt,
-                  "tokens_completion": self.tokens_completion,
-                  "tokens_reused": self.tokens_reused, "resumes": self.resumes}
-        batch = list(events)
-        for event in batch:
-            p = event.payload
-            if event.type == r.LLM_CALL:
-                counts["llm_calls"] += 1
-                counts["tokens_prompt"] += r.int_field(p, "prompt_tokens")
-                counts["tokens_completion"] += r.int_field(p, "completion_tokens")
-            elif event.type == r.TASK_RESUMED:
-                counts["resumes"] += 1
-                counts["tokens_reused"] += (r.int_field(p, "reused_prompt_tokens")
-                                            + r.int_field(p, "reused_completion_tokens"))
-            elif event.type == lc.AGENT_DEAD:
-                counts["deaths"] += 1
-            elif event.type == lc.AGENT_RESURRECTED:
-                counts["resurrections"] += 1
-        return replace(self, lifecycle=lc.fold_all(self.lifecycle, batch), **counts)
+class AgentRow(AgentTally):
+    """One agent as the projection holds it: the shared read model (``AgentTally``: the
+    lifecycle fold and its counters, ``fold`` included) mapped to its ``agents`` row."""
 
     def record(self) -> tuple[Any, ...]:
         """The row in ``AGENT_COLUMNS`` order."""

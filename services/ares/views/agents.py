@@ -4,8 +4,10 @@
 (the CLI over a Kafka scan today, the replay reader's projection later) and it survives every
 restart of the runtime:
 
-* lifecycle (status, kind, incarnation, worker, version, tasks) through the runtime's own
-  fold, ``ares.lifecycle.state``: the view cannot disagree with the host;
+* lifecycle (status, kind, incarnation, worker, version, tasks, deaths, resurrections)
+  through ``ares.views.tally.AgentTally``, the read model the replay reader's projection
+  stores too, itself the runtime's own fold (``ares.lifecycle.state``): the view cannot
+  disagree with the host nor with the projection;
 * tokens through the SDK's ``ares.agents.ledger.token_ledger`` (spent, re-used from the
   journal after recoveries = saved, spent twice);
 * tool calls in doubt through the SDK's journals (``ares.agents.journal``): a
@@ -19,7 +21,7 @@ the whole log can build every agent's view in one pass.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +32,8 @@ from ares.agents.ledger import TokenLedger, token_ledger
 from ares.errors import AresError
 from ares.events.model import Event
 from ares.lifecycle import state as lc
+from ares.lifecycle import transitions as tr
+from ares.views.tally import AgentTally
 
 # Task states of the current task (``AgentView.task_state``).
 RUNNING = "running"  # the agent runs and works on it
@@ -160,39 +164,33 @@ class AgentViewBuilder:
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         self.is_agent = False  # an agent.started was seen
-        self._life = lc.AgentLifecycle(agent_id)
+        self._tally = AgentTally(lc.AgentLifecycle(agent_id))
         self._last: Event | None = None
         self._ledger: list[Event] = []
         self._tools: list[Event] = []
         self._in_doubt_at: dict[str, datetime] = {}
-        self._resurrections = 0
-        self._deaths = 0
         self._death: Death | None = None
 
     def add(self, event: Event) -> None:
-        self._life = lc.fold(self._life, event)
+        self._tally, transition = self._tally.step(event)
         self._last = event
-        t, p = event.type, event.payload
-        if t == lc.AGENT_STARTED:
+        t = event.type
+        if isinstance(transition, tr.Started):
             self.is_agent = True
-        elif t == lc.AGENT_RESURRECTED:
-            self._resurrections += 1
-        elif t == lc.AGENT_DEAD:
-            self._deaths += 1
-            incarnation = p.get("incarnation")
-            self._death = Death(str(p.get("cause") or "unknown"), _opt_str(p, "error_type"),
-                                _opt_str(p, "error_message"),
-                                incarnation if isinstance(incarnation, int) else None,
+        elif isinstance(transition, tr.Died):
+            self._death = Death(transition.cause or "unknown", transition.error_type,
+                                transition.error_message, transition.incarnation,
                                 event.timestamp)
         elif t in _LEDGER_TYPES:
             self._ledger.append(_slim(event, _LEDGER_FIELDS))
         elif t in _TOOL_TYPES:
             self._tools.append(_slim(event, _TOOL_FIELDS))
             if t == r.TOOL_IN_DOUBT:
-                self._in_doubt_at[str(p.get("call_id"))] = event.timestamp
+                self._in_doubt_at[str(event.payload.get("call_id"))] = event.timestamp
 
     def build(self) -> AgentView:
-        life = self._life
+        tally = self._tally
+        life = tally.lifecycle
         in_doubt = self.in_doubt()
         current = life.current_task
         state: str | None = None
@@ -205,7 +203,7 @@ class AgentViewBuilder:
                 state = WAITING
         return AgentView(
             agent_id=self.agent_id, kind=life.kind, status=life.status.value,
-            incarnation=life.incarnation, restarts=self._resurrections, deaths=self._deaths,
+            incarnation=life.incarnation, restarts=tally.resurrections, deaths=tally.deaths,
             recent_deaths=len(life.restarts), worker=life.worker, version=life.version,
             last_event_time=None if self._last is None else self._last.timestamp,
             last_event_type=life.last_event_type,
@@ -314,11 +312,6 @@ def _config(config_json: str) -> Any:
         return json.loads(config_json)
     except ValueError:
         return config_json
-
-
-def _opt_str(p: Mapping[str, Any], key: str) -> str | None:
-    value = p.get(key)
-    return value if isinstance(value, str) else None
 
 
 def _iso(when: datetime | None) -> str | None:

@@ -1,0 +1,205 @@
+"""What a lifecycle event means, decided once: one typed ``Transition`` per event type.
+
+``read`` is the one dispatch over the lifecycle's event types (``ares.lifecycle.events``):
+it parses an event's payload, field by field (a malformed field reads as ``None``), into a
+``Transition`` whose class says what happened (a start, a death, a resurrection, a task
+assigned...) and whose ``status`` says which ``Status`` it leads the agent to (``None``:
+the status does not change). Stateless: the same event always reads the same.
+
+``state.Folder`` accumulates transitions into an ``AgentLifecycle`` and reports each one it
+applied (``Folder.step``, ``state.step``); every other reader of an agent's life (the health
+checker, the chaos invariants, the summariser, the views, the projection, the demo) reacts
+to these transitions or to the folded state, so none keeps its own table of event types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from ares.events.model import Event
+from ares.lifecycle import events as ev
+
+
+class Status(StrEnum):
+    STARTING = "starting"  # no incarnation runs yet (new, or resumed and not yet started)
+    RUNNING = "running"
+    STOPPED = "stopped"
+    DEAD = "dead"  # a death is recorded and no resurrection is announced yet
+    RESURRECTING = "resurrecting"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """``agent.started``: an incarnation began running (first start, or after a stop,
+    quarantine or resume)."""
+
+    kind: str | None
+    config_json: str | None
+    incarnation: int | None
+    worker: str | None
+    status: ClassVar[Status | None] = Status.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """``agent.stopped``: a voluntary end of the incarnation."""
+
+    reason: str | None
+    status: ClassVar[Status | None] = Status.STOPPED
+
+
+@dataclass(frozen=True, slots=True)
+class Died:
+    """``agent.dead``: the incarnation ended abnormally (a death)."""
+
+    cause: str | None
+    incarnation: int | None
+    error_type: str | None
+    error_message: str | None
+    traceback_digest: str | None
+    last_event_type: str | None  # what the runtime says the incarnation appended last
+    last_version: int | None
+    status: ClassVar[Status | None] = Status.DEAD
+
+
+@dataclass(frozen=True, slots=True)
+class Resurrecting:
+    """``agent.resurrecting``: the guard allowed a restart; ``attempt`` is its count of the
+    deaths that still count (older ones are forgotten)."""
+
+    attempt: int | None
+    status: ClassVar[Status | None] = Status.RESURRECTING
+
+
+@dataclass(frozen=True, slots=True)
+class Resurrected:
+    """``agent.resurrected``: recovery finished and a new incarnation runs."""
+
+    incarnation: int | None
+    worker: str | None
+    status: ClassVar[Status | None] = Status.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """``agent.quarantined``: the restart budget is spent; ``deaths`` the guard counted."""
+
+    reason: str | None
+    deaths: int | None
+    status: ClassVar[Status | None] = Status.QUARANTINED
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """``agent.resumed``: an operator cleared a quarantine or stop; not started yet."""
+
+    reason: str | None
+    status: ClassVar[Status | None] = Status.STARTING
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """``agent.handed_off``: a graceful shutdown handed the agent to the next owner; it is
+    neither a death nor a stop, so the status does not change."""
+
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAssigned:
+    task_id: str | None
+    input_json: str | None
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCompleted:
+    task_id: str | None
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    task_id: str | None
+    retriable: bool  # only an explicit True: a retriable failure may be assigned again
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTaken:
+    snapshot_version: int | None
+    status: ClassVar[Status | None] = None
+
+
+Transition = (Started | Stopped | Died | Resurrecting | Resurrected | Quarantined | Resumed
+              | HandedOff | TaskAssigned | TaskCompleted | TaskFailed | SnapshotTaken)
+# The transitions after which no incarnation runs until a restart (the agent's life ended).
+ENDINGS = (Stopped, Died, Quarantined)
+# The transitions that (re)open the agent's life.
+RESTARTS = (Started, Resurrected, Resumed)
+TASK_ENDS = (TaskCompleted, TaskFailed)
+
+
+def read(event: Event) -> Transition | None:
+    """What ``event`` means for the agent's lifecycle; ``None``: nothing (not a lifecycle
+    event: the agent's own records, tools, LLM calls...)."""
+    reader = _READERS.get(event.type)
+    if reader is None:
+        return None
+    payload = event.payload
+    return reader(payload if isinstance(payload, Mapping) else {})
+
+
+def starts_afresh(previous: Status | None) -> bool:
+    """Whether an ``agent.started`` after ``previous`` (``None``: nothing known before)
+    opens a new restart budget: a first start, or a restart after a stop, a quarantine or
+    a resume. Any other start (after a death, say) keeps counting the deaths."""
+    return previous in (None, Status.STARTING, Status.STOPPED, Status.QUARANTINED)
+
+
+def _started(p: Mapping[str, Any]) -> Started:
+    return Started(_str(p, "kind"), _str(p, "config_json"), _int(p, "incarnation"),
+                   _str(p, "worker"))
+
+
+def _died(p: Mapping[str, Any]) -> Died:
+    return Died(_str(p, "cause"), _int(p, "incarnation"), _str(p, "error_type"),
+                _str(p, "error_message"), _str(p, "traceback_digest"),
+                _str(p, "last_event_type"), _int(p, "last_version"))
+
+
+_READERS: dict[str, Callable[[Mapping[str, Any]], Transition]] = {
+    ev.AGENT_STARTED: _started,
+    ev.AGENT_STOPPED: lambda p: Stopped(_str(p, "reason")),
+    ev.AGENT_DEAD: _died,
+    ev.AGENT_RESURRECTING: lambda p: Resurrecting(_int(p, "attempt")),
+    ev.AGENT_RESURRECTED: lambda p: Resurrected(_int(p, "incarnation"), _str(p, "worker")),
+    ev.AGENT_QUARANTINED: lambda p: Quarantined(_str(p, "reason"), _int(p, "deaths")),
+    ev.AGENT_RESUMED: lambda p: Resumed(_str(p, "reason")),
+    ev.AGENT_HANDED_OFF: lambda p: HandedOff(),
+    ev.TASK_ASSIGNED: lambda p: TaskAssigned(_str(p, "task_id"), _str(p, "input_json")),
+    ev.TASK_COMPLETED: lambda p: TaskCompleted(_str(p, "task_id")),
+    ev.TASK_FAILED: lambda p: TaskFailed(_str(p, "task_id"), p.get("retriable") is True),
+    ev.SNAPSHOT_TAKEN: lambda p: SnapshotTaken(_int(p, "snapshot_version")),
+}
+
+
+def _str(p: Mapping[str, Any], key: str) -> str | None:
+    value = p.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(p: Mapping[str, Any], key: str) -> int | None:
+    value = p.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+__all__ = [
+    "ENDINGS", "RESTARTS", "TASK_ENDS", "Died", "HandedOff", "Quarantined", "Resumed",
+    "Resurrected", "Resurrecting", "SnapshotTaken", "Started", "Status", "Stopped",
+    "TaskAssigned", "TaskCompleted", "TaskFailed", "Transition", "read", "starts_afresh",
+]
