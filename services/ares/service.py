@@ -41,9 +41,6 @@ class Service(abc.ABC):
     """
 
     name: ClassVar[str]
-    # Whether ``wait_stopped`` raises the error of a crashed background task (the exit code
-    # then says what went wrong) or only returns (the error is in the log; exit 0).
-    crash_raises: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.started = False
@@ -96,9 +93,9 @@ class Service(abc.ABC):
 
     async def wait_stopped(self) -> None:
         """Return when the service was stopped or a background task ended; raise that
-        task's error if it crashed (with ``crash_raises``)."""
+        task's error if it crashed (so the process's exit code says something went wrong)."""
         await self._ended.wait()
-        if self.error is not None and self.crash_raises:
+        if self.error is not None:
             raise self.error
 
     async def stop(self) -> None:

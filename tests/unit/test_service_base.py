@@ -129,17 +129,6 @@ async def test_a_crashed_task_ends_the_service_with_its_error(
     assert ended == ["a"]
 
 
-async def test_without_crash_raises_a_crash_only_ends_the_service() -> None:
-    class Quiet(_Probe):
-        crash_raises = False
-
-    service = Quiet(**{"loop-bad": _fail()})
-    await service.start()
-    await asyncio.wait_for(service.wait_stopped(), 5)
-    assert isinstance(service.error, ValueError)
-    await service.stop()
-
-
 async def test_a_task_that_returns_ends_the_service() -> None:
     async def done() -> None:
         return None

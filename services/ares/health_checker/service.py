@@ -60,9 +60,6 @@ MAX_ACTIONS_IN_FLIGHT = 64
 
 class HealthChecker(Service):
     name = "health-checker"
-    # A crashed loop is logged and ends the service, whose process then exits 0 (as it
-    # always has): the orchestrator restarts it either way.
-    crash_raises = False
 
     def __init__(self, settings: Settings, plan: TopicPlan, config: HealthConfig | None = None,
                  *, registry: CollectorRegistry = REGISTRY) -> None:
