@@ -5,8 +5,8 @@ runtime manager under load allocates a few dozen per append (the agent's await, 
 ``Event``, the writer's plan and outcome), so it collected every ~150 appends, and each
 collection walked the whole working set of the agents in flight (~5,000 objects with 200
 agents) because those objects had not died yet; the older collections that follow walked
-the rest of the heap. That was 6-11 CPU-µs per appended event in ``bench/append.py``, about
-a twentieth of the append path.
+the rest of the heap: a measurable share of every appended event (``gc_us_per_event`` of
+``bench/append.py``; docs/development.md has the figure).
 
 A higher young threshold lets most of those objects die before any collection sees them.
 Reference counting still frees all acyclic garbage at once; only cycles wait longer, and a

@@ -17,10 +17,10 @@ _go_float: Callable[[float], str] = floatToGoString  # the "le" label's text; un
 class HotPathHistogram:
     """An unlabelled histogram for a once-per-event path, exposed like ``Histogram``.
 
-    ``prometheus_client``'s ``Histogram.observe`` costs ~1.9 µs: two locks and a Python
-    loop over the buckets, on every appended event (~1.5 % of the append path). This one
-    is a bisection and two additions (~0.3 µs). It takes no lock: it is fed and scraped
-    from the event loop's thread only (``/metrics`` is served by the loop,
+    ``prometheus_client``'s ``Histogram.observe`` takes two locks and loops over the
+    buckets in Python, on every appended event; this one is a bisection and two additions
+    (docs/development.md, "The compiled append path: why each trick"). It takes no lock:
+    it is fed and scraped from the event loop's thread only (``/metrics`` is served by the loop,
     ``ares.probes``); the count is derived from the buckets, so ``+Inf`` and ``_count``
     always agree. It has no ``_created`` sample.
     """
@@ -46,8 +46,9 @@ class HotPathHistogram:
         self._sum += amount
 
     def observe_each(self, amounts: Iterable[float]) -> None:
-        """``observe`` every amount: one call for a whole transaction's appends, whose
-        caller (the compiled partition writer) pays ~1k instructions per call into here."""
+        """``observe`` every amount: one call for a whole transaction's appends, since each
+        call from the compiled partition writer into this interpreted module is a generic
+        call."""
         bounds, counts, total = self._bounds, self._counts, self._sum
         for amount in amounts:
             counts[bisect_left(bounds, amount)] += 1

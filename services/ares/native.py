@@ -3,7 +3,7 @@
 Sealing and staging an append is CPython bytecode end to end (varints, canonical JSON,
 hash chain, group-commit bookkeeping): about a third of the CPU a fleet of agents spends
 per durable append. mypyc compiles these modules, unchanged and type-annotated as they are,
-into C extensions that run the same code at half that cost (docs/benchmarks.md). The
+into C extensions that run the same code at half that cost (docs/development.md). The
 source stays the only truth: without a C compiler, or with ``ARES_PURE_PYTHON=1`` at build
 time, the same modules run as Python, with the same behaviour.
 

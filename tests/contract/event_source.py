@@ -2,9 +2,9 @@
 
 A subclass provides ``source_of``: given streams (stream id -> its sealed events, versions
 1..n), it writes them to its backend and returns a source that holds them. The events are
-sealed here (``ares.events.chain.seal``, fixed ids and timestamps), so every adapter is held
-to the same expected bytes: a writer that re-seals them (the Kafka store) must arrive at the
-same hashes.
+sealed here (``ares.events.chain.seal_encoded``, fixed ids and timestamps), so every adapter
+is held to the same expected bytes: a writer that re-seals them (the Kafka store) must
+arrive at the same hashes.
 
 A subclass whose backend spreads streams over partitions overrides ``partitions``: the
 leak tests pick stream ids that land on one partition (``ares.events.kafka.routing``).
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ares.events.chain import seal, verify_chain
+from ares.events.chain import seal_encoded, verify_chain
 from ares.events.kafka.routing import partition_for
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.ports import EventSource
@@ -43,7 +43,7 @@ def sealed(stream_id: str, count: int, stamps: Sequence[datetime] | None = None,
                                 "nested": {"items": [i, None, True], "ratio": i / 4}},
                        metadata={"trace": f"{stream_id}/{i}"},
                        timestamp=stamps[i] if stamps is not None else T0 + i * STEP)
-        event = seal(stream_id, head, new, i + 1)
+        event = seal_encoded(stream_id, head, new, i + 1)[0]
         head = StreamHead(event.version, event.hash)
         events.append(event)
     return events

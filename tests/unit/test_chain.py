@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ares.errors import IntegrityError
-from ares.events.chain import ChainError, event_hash, seal, seal_after, seal_encoded, verify_chain
+from ares.events.chain import ChainError, event_hash, seal_encoded, verify_chain
 from ares.events.model import GENESIS_HASH, Event, NewEvent, StreamHead
 from ares.events.wire.codec import HEADER_SIZE, Codec, decode_event, encode_event
 from ares.events.wire.schemas import load_registry
@@ -26,7 +26,7 @@ def build_stream(n: int, stream_id: str = "agent-1", start: StreamHead | None = 
         event_type = types[i % len(types)]
         payload: dict[str, Any] = SAMPLE_PAYLOADS.get(event_type, {"i": i})
         new = NewEvent(event_type, "tests", payload, {"n": str(i)}, timestamp=T0)
-        event = seal(stream_id, head, new, head.version + 1, codec=codec)
+        event = seal_encoded(stream_id, head, new, head.version + 1, codec=codec)[0]
         head = StreamHead(event.version, event.hash)
         events.append(event)
     return events
@@ -53,8 +53,8 @@ def test_metadata_order_does_not_change_the_hash() -> None:
     a = NewEvent("user.note", "tests", {"x": 1}, {"a": "1", "b": "2", "c": "3"}, id="e1",
                  timestamp=T0)
     b = replace(a, metadata={"c": "3", "a": "1", "b": "2"})
-    sealed_a = seal("s", StreamHead(), a, 1)
-    sealed_b = seal("s", StreamHead(), b, 1)
+    sealed_a = seal_encoded("s", StreamHead(), a, 1)[0]
+    sealed_b = seal_encoded("s", StreamHead(), b, 1)[0]
     assert sealed_a.hash == sealed_b.hash
     assert list(sealed_b.metadata) == ["a", "b", "c"]
 
@@ -62,14 +62,15 @@ def test_metadata_order_does_not_change_the_hash() -> None:
 def test_json_key_order_does_not_change_the_hash() -> None:
     a = NewEvent("user.note", "tests", {"x": 1, "y": {"p": 1, "q": 2}}, id="e1", timestamp=T0)
     b = replace(a, payload={"y": {"q": 2, "p": 1}, "x": 1})
-    assert seal("s", StreamHead(), a, 1).hash == seal("s", StreamHead(), b, 1).hash
+    assert seal_encoded("s", StreamHead(), a, 1)[0].hash == \
+        seal_encoded("s", StreamHead(), b, 1)[0].hash
 
 
 def test_hashing_is_reproducible() -> None:
     new = NewEvent("task.assigned", "tests", SAMPLE_PAYLOADS["task.assigned"], id="e1",
                    timestamp=T0)
-    first = seal("s", StreamHead(), new, 1)
-    again = seal("s", StreamHead(), new, 1)
+    first = seal_encoded("s", StreamHead(), new, 1)[0]
+    again = seal_encoded("s", StreamHead(), new, 1)[0]
     assert first == again
     assert event_hash(decode_event(encode_event(first))) == first.hash
 
@@ -82,9 +83,9 @@ def test_hashing_is_reproducible() -> None:
     {"timestamp": T0.replace(microsecond=0)},
 ])
 def test_every_field_is_covered_by_the_hash(change: dict[str, Any]) -> None:
-    event = seal("s", StreamHead(), NewEvent("task.assigned", "tests",
+    event = seal_encoded("s", StreamHead(), NewEvent("task.assigned", "tests",
                                              SAMPLE_PAYLOADS["task.assigned"], {"trace": "t"},
-                                             timestamp=T0), 1)
+                                             timestamp=T0), 1)[0]
     assert event_hash(replace(event, **change)) != event.hash
 
 
@@ -93,21 +94,22 @@ def test_every_field_is_covered_by_the_hash(change: dict[str, Any]) -> None:
 
 def test_seal_links_to_the_head() -> None:
     head = StreamHead(41, "ab" * 32)
-    event = seal("agent-1", head, NewEvent("user.note", "tests", {"a": 1}), 42)
+    event = seal_encoded("agent-1", head, NewEvent("user.note", "tests", {"a": 1}), 42)[0]
     assert (event.version, event.prev_hash, event.stream_id) == (42, head.hash, "agent-1")
     assert len(event.hash) == 64
     assert event.timestamp.tzinfo is not None
 
 
 def test_the_explicit_timestamp_wins() -> None:
-    event = seal("s", StreamHead(), NewEvent("user.note", "tests", timestamp=None), 1, T0)
+    event, _ = seal_encoded("s", StreamHead(), NewEvent("user.note", "tests", timestamp=None),
+                            1, T0)
     assert event.timestamp == T0
 
 
 @pytest.mark.parametrize(("version", "kind"), [(3, "gap"), (1, "duplicate")])
 def test_seal_refuses_a_version_that_does_not_follow(version: int, kind: str) -> None:
     with pytest.raises(ChainError) as info:
-        seal("s", StreamHead(1, "a" * 64), NewEvent("user.note", "tests"), version)
+        seal_encoded("s", StreamHead(1, "a" * 64), NewEvent("user.note", "tests"), version)[0]
     assert info.value.kind == kind
 
 
@@ -118,17 +120,19 @@ def test_seal_encoded_returns_the_wire_bytes() -> None:
     assert wire == encode_event(event)
 
 
-def test_seal_after_takes_the_head_apart_and_seals_the_same_chain() -> None:
+def test_a_plain_version_and_hash_pair_seals_the_same_chain_as_a_stream_head() -> None:
+    # The writer passes its head as (version, digest), making no StreamHead per event.
     news = [NewEvent("user.note", "tests", {"n": i}) for i in range(3)]
     head, version, digest = StreamHead(), 0, GENESIS_HASH
     for new in news:
         by_head = seal_encoded("s", head, new, head.version + 1, T0)
-        apart = seal_after("s", version, digest, new, version + 1, T0)
+        apart = seal_encoded("s", (version, digest), new, version + 1, T0)
         assert apart == by_head
+        assert apart[0].prev_hash == digest
         head = StreamHead(by_head[0].version, by_head[0].hash)
         version, digest = apart[0].version, apart[0].hash
     with pytest.raises(ChainError) as info:
-        seal_after("s", version, digest, news[0], version + 2, T0)
+        seal_encoded("s", (version, digest), news[0], version + 2, T0)
     assert info.value.kind == "gap"
 
 

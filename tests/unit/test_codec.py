@@ -16,7 +16,7 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from ares.errors import SchemaError
-from ares.events.chain import seal, seal_encoded
+from ares.events.chain import seal_encoded
 from ares.events.model import NewEvent, StreamHead
 from ares.events.wire.codec import (
     HEADER_SIZE,
@@ -95,7 +95,7 @@ def sealed(event_type: str = "task.assigned", payload: dict[str, Any] | None = N
            metadata: dict[str, str] | None = None, codec: Codec | None = None) -> Any:
     new = NewEvent(event_type, "tests", SAMPLE_PAYLOADS.get(event_type, {}) if payload is None
                    else payload, metadata or {"trace": "t1"}, timestamp=T0)
-    return seal("agent-1", StreamHead(), new, 1, codec=codec)
+    return seal_encoded("agent-1", StreamHead(), new, 1, codec=codec)[0]
 
 
 def evolved_dirs(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> tuple[Path, Path]:
@@ -213,7 +213,7 @@ def test_naive_timestamps_are_utc_not_local_time() -> None:
     naive = datetime(2026, 1, 2, 3, 4, 5)
     _, back = decode(encode(REPLY, {**OTHER_RECORDS[REPLY], "timestamp": naive}))
     assert back["timestamp"] == naive.replace(tzinfo=UTC)
-    event = seal("agent-1", StreamHead(), NewEvent("x", "tests"), 1, naive)
+    event = seal_encoded("agent-1", StreamHead(), NewEvent("x", "tests"), 1, naive)[0]
     assert event.timestamp == naive.replace(tzinfo=UTC)
 
 

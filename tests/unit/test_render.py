@@ -11,7 +11,7 @@ import pytest
 
 from ares.cli import render
 from ares.cli.render import RawRecord
-from ares.events.chain import seal
+from ares.events.chain import seal_encoded
 from ares.events.kafka.dlq import DeadLetter
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.wire.codec import encode, encode_event
@@ -48,7 +48,7 @@ def event(event_type: str = "task.assigned", payload: dict[str, Any] | None = No
     new = NewEvent(event_type, module,
                    {"task_id": "t-1", "input_json": '{"text":"hi"}'} if payload is None
                    else payload, {"trace": "t1"}, timestamp=T0)
-    return seal(stream, StreamHead(), new, 1)
+    return seal_encoded(stream, StreamHead(), new, 1)[0]
 
 
 def raw(value: bytes | None, *, key: bytes | None = b"agent-1",

@@ -28,7 +28,13 @@ from typing import Final
 
 from ares.errors import IntegrityError
 from ares.events.model import Event, NewEvent, StreamHead, utc_now
-from ares.events.wire.codec import Codec, CodecError, default_codec, make_event, normalize_metadata
+from ares.events.wire.codec import (
+    Codec,
+    CodecError,
+    default_codec,
+    event_from_fields,
+    normalize_metadata,
+)
 from ares.events.wire.schemas import EVENT, SchemaFile
 
 # Avro encoding of a 64-character string: zig-zag varint length (128 = 80 01), then UTF-8.
@@ -56,28 +62,19 @@ def event_hash(event: Event, codec: Codec | None = None) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def seal(stream_id: str, head: StreamHead, new: NewEvent, version: int,
-         timestamp: datetime | None = None, *, codec: Codec | None = None) -> Event:
-    """The stored form of ``new`` as event ``version`` after ``head``.
-
-    The timestamp is ``timestamp``, else ``new.timestamp``, else now; it is kept in UTC at
-    microsecond precision, so the sealed event equals itself decoded from Kafka.
-    """
-    return seal_encoded(stream_id, head, new, version, timestamp, codec=codec)[0]
-
-
-def seal_encoded(stream_id: str, head: StreamHead, new: NewEvent, version: int,
+def seal_encoded(stream_id: str, head: tuple[int, str], new: NewEvent, version: int,
                  timestamp: datetime | None = None, *,
                  codec: Codec | None = None) -> tuple[Event, bytes]:
-    """``seal`` plus the event's wire bytes, from a single Avro encode (the append path)."""
-    return seal_after(stream_id, head.version, head.hash, new, version, timestamp, codec=codec)
+    """The stored form of ``new`` as event ``version`` after ``head``, and its wire bytes,
+    from a single Avro encode: the one way an event is sealed.
 
-
-def seal_after(stream_id: str, head_version: int, prev_hash: str, new: NewEvent, version: int,
-               timestamp: datetime | None = None, *,
-               codec: Codec | None = None) -> tuple[Event, bytes]:
-    """``seal_encoded`` after the head (``head_version``, ``prev_hash``) given apart: a
-    writer sealing several events of one append needs no ``StreamHead`` between them."""
+    ``head`` is the stream's head before it: a ``StreamHead``, or a plain ``(version,
+    hash)`` pair (a writer sealing several events of one append makes no ``StreamHead``
+    between them). The timestamp is ``timestamp``, else ``new.timestamp``, else now; it is
+    kept in UTC at microsecond precision, so the sealed event equals itself decoded from
+    Kafka. ``ChainError`` when ``version`` does not follow the head.
+    """
+    head_version, prev_hash = head
     codec = codec or default_codec()
     if version != head_version + 1:
         kind = "gap" if version > head_version + 1 else "duplicate"
@@ -98,8 +95,8 @@ def seal_after(stream_id: str, head_version: int, prev_hash: str, new: NewEvent,
     # with the hash itself.
     digest = _sha256(unhashed + b"\x00").hexdigest()
     wire = codec.frame_event(unhashed + _HASH_LENGTH_PREFIX + digest.encode("ascii"))
-    sealed = make_event(event_id, stream_id, event_type, module, version, stamp,
-                        prepared.value, metadata, prev_hash, digest)
+    sealed = event_from_fields(event_id, stream_id, event_type, module, version, stamp,
+                               prepared.value, metadata, prev_hash, digest)
     return sealed, wire
 
 
@@ -145,8 +142,8 @@ class _Hasher:
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
-        # Needed only when the fast path fails; listing them sorts the releases (~20 µs),
-        # which single-event verify_chain calls would otherwise pay every time.
+        # Needed only when the fast path fails: listing them sorts the releases, which
+        # single-event verify_chain calls would otherwise pay every time.
         self._versions: list[SchemaFile] | None = None
 
     def check(self, event: Event) -> None:
@@ -189,4 +186,4 @@ def _utc(ts: datetime) -> datetime:
     return ts.replace(tzinfo=_UTC) if tz is None else ts.astimezone(_UTC)
 
 
-__all__ = ["ChainError", "event_hash", "seal", "seal_after", "seal_encoded", "verify_chain"]
+__all__ = ["ChainError", "event_hash", "seal_encoded", "verify_chain"]

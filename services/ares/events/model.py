@@ -47,7 +47,11 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An event as stored: contiguous 1-based ``version`` and a SHA-256 hash chain."""
+    """An event as stored: contiguous 1-based ``version`` and a SHA-256 hash chain.
+
+    Sealing and decoding build it with ``codec.event_from_fields``, which relies on its
+    slots and on it validating nothing: a field added here is a parameter added there.
+    """
 
     id: str
     stream_id: str
@@ -80,23 +84,11 @@ class Event:
         }
 
 
-class EventSlots:
-    """``Event``'s slot layout without its frozen ``__setattr__``: the codec's
-    ``make_event`` fills one attribute by attribute and then makes it an ``Event``
-    (``__class__`` assignment, which CPython allows between classes of the same layout).
-    A frozen dataclass can otherwise only be filled through its slot descriptors, one call
-    each (~450 instructions), or its ``__init__``, which goes through ``object.__setattr__``.
-    Kept beside ``Event`` so the layouts cannot drift apart; a plain class, never compiled.
-    """
-
-    __slots__ = Event.__slots__
-
-
 class StreamHead(NamedTuple):
     """What a writer must know of a stream to append to it.
 
-    A named tuple, not a frozen dataclass: every appended event makes one, and a frozen
-    dataclass's ``__init__`` costs ~1 us more (it sets fields through ``object.__setattr__``).
+    A named tuple, not a frozen dataclass: every append makes one, and a frozen dataclass's
+    ``__init__`` sets its fields through ``object.__setattr__``, one generic call each.
     """
 
     version: int = 0

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from ares.errors import AresError, ConflictError
-from ares.events.chain import seal_after
+from ares.events.chain import seal_encoded
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent, StreamHead, utc_now
 from ares.events.wire.codec import Codec, default_codec
 
@@ -41,17 +41,29 @@ class AppendPlan(NamedTuple):
         return not self.events
 
 
-# Named tuples made without their generated ``__new__``, an interpreted function even when
-# called from this compiled module: half the cost (~0.17 against ~0.34 us), and an append
-# makes three.
 _tuple_new: Final[Any] = tuple.__new__
 # The classes as C statics of this compiled module (a global is a dict lookup per use).
 _STREAM_HEAD: Final = StreamHead
 _APPEND_PLAN: Final = AppendPlan
 
+_Tuple = TypeVar("_Tuple", bound=tuple[Any, ...])
 
-def _head(version: int, digest: str) -> StreamHead:
-    return _tuple_new(_STREAM_HEAD, (version, digest))  # type: ignore[no-any-return]
+
+def named_tuple_of(cls: type[_Tuple], values: tuple[Any, ...]) -> _Tuple:
+    """``cls(*values)`` for a named tuple made on every append (``AppendPlan``,
+    ``StreamHead``); the only place that builds one this way.
+
+    Why: the ``__new__`` that ``NamedTuple`` generates is an interpreted function, even when
+    called from this compiled module; ``tuple.__new__(cls, values)`` builds the same object
+    directly, at about half the cost (docs/development.md, "The compiled append path: why
+    each trick").
+
+    Relies on: ``cls`` being a plain named tuple (no ``__new__`` or validation of its own:
+    nothing is skipped) and ``values`` holding every field, in order. Field defaults are
+    *not* applied: a missing value makes a shorter tuple, not the default.
+    """
+    made: _Tuple = _tuple_new(cls, values)
+    return made
 
 
 class StreamState:
@@ -60,7 +72,7 @@ class StreamState:
     A plain class, not a dataclass: a transaction copies one per stream it appends to (to
     undo an abort), and a dataclass's ``__init__`` stays interpreted in a compiled module.
     The head is kept as two fields, not a ``StreamHead``: every append moves it, and a
-    named tuple made per append cost ~2k instructions.
+    named tuple made per append costs more than two attribute stores.
     """
 
     __slots__ = ("first_offset", "hash", "version")
@@ -73,7 +85,7 @@ class StreamState:
 
     @property
     def head(self) -> StreamHead:
-        return _head(self.version, self.hash)
+        return named_tuple_of(_STREAM_HEAD, (self.version, self.hash))
 
 
 class StreamTable:
@@ -117,7 +129,7 @@ class StreamTable:
             version, digest = 0, GENESIS_HASH
         if (retry := self._retry_version(stream_id, events)) is not None:
             return AppendPlan(stream_id, (), retry)
-        # Two comparisons, not `not in (...)`: compiled, the tuple costs ~800 instructions.
+        # Two comparisons, not `not in (...)`: compiled, that would build a tuple per call.
         if expected_version != ANY_VERSION and expected_version != version:  # noqa: PLR1714
             raise ConflictError(stream_id, expected_version, version)
         stamp = now or utc_now()
@@ -127,14 +139,12 @@ class StreamTable:
         if codec is None:
             codec = self._codec = default_codec()
         for new in events:  # no StreamHead per sealed event: the head is (version, digest)
-            event, wire = seal_after(stream_id, version, digest, new, version + 1,
-                                     new.timestamp or stamp, codec=codec)
+            event, wire = seal_encoded(stream_id, (version, digest), new, version + 1,
+                                       new.timestamp or stamp, codec=codec)
             version, digest = event.version, event.hash
             sealed.append(event)
             encoded.append(wire)
-        plan: AppendPlan = _tuple_new(_APPEND_PLAN, (stream_id, tuple(sealed), version,
-                                                   tuple(encoded)))
-        return plan
+        return named_tuple_of(_APPEND_PLAN, (stream_id, tuple(sealed), version, tuple(encoded)))
 
     def _retry_version(self, stream_id: str, events: Sequence[NewEvent]) -> int | None:
         if len(events) == 1:  # the common append: one lookup

@@ -59,9 +59,9 @@ def old_heap_frozen() -> Iterator[None]:
 
     A scan keeps short-lived objects alive across collections (fetched records, events
     queued per stream, open journals); promoted, they trigger full collections, and each
-    walks the whole heap of a process that hosts many agents: 3-4 such passes over a
-    100,000-event replay cost ~5 CPU-us per event in bench/recovery.py, ~1 us frozen. The
-    frozen objects are collectable again when the replay ends (``gc.unfreeze``).
+    walks the whole heap of a process that hosts many agents (bench/recovery.py measures
+    it; docs/development.md has the figure). The frozen objects are collectable again when
+    the replay ends (``gc.unfreeze``).
     """
     if _Freezes.active == 0:
         gc.freeze()

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from ares.config import Settings
-from ares.events.chain import seal
+from ares.events.chain import seal_encoded
 from ares.events.kafka.routing import partition_for
 from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event, NewEvent, StreamHead
@@ -32,8 +32,8 @@ N = 12
 def sealed(stream_id: str, n: int = N) -> list[Event]:
     head, events = StreamHead(), []
     for i in range(n):
-        event = seal(stream_id, head, NewEvent("note.added", "tests", {
-            "task_id": "t", "name": f"s{i}", "output": i}), i + 1)
+        event = seal_encoded(stream_id, head, NewEvent("note.added", "tests", {
+            "task_id": "t", "name": f"s{i}", "output": i}), i + 1)[0]
         head = StreamHead(event.version, event.hash)
         events.append(event)
     return events

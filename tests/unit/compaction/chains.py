@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ares.compactor.index import PartitionIndex
 from ares.compactor.summariser import EventFact
-from ares.events.chain import seal
+from ares.events.chain import seal_encoded
 from ares.events.model import Event, NewEvent, StreamHead
 from tests.unit.compaction.workload import agent_events
 
@@ -16,7 +16,7 @@ def sealed(stream_id: str, news: Sequence[NewEvent], head: StreamHead | None = N
     head = head or StreamHead()
     out = []
     for new in news:
-        event = seal(stream_id, head, new, head.version + 1)
+        event = seal_encoded(stream_id, head, new, head.version + 1)[0]
         head = StreamHead(event.version, event.hash)
         out.append(event)
     return out

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ares.events.chain import seal
+from ares.events.chain import seal_encoded
 from ares.events.model import Event, NewEvent, StreamHead
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -30,7 +30,7 @@ class Stream:
             metadata: Mapping[str, str] | None = None) -> Event:
         new = NewEvent(type_, "tests", dict(payload or {}), dict(metadata or {}),
                        timestamp=at(at_s))
-        event = seal(self.stream_id, self.head, new, self.head.version + 1)
+        event = seal_encoded(self.stream_id, self.head, new, self.head.version + 1)[0]
         self.head = StreamHead(event.version, event.hash)
         self.events.append(event)
         return event

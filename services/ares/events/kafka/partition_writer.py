@@ -109,8 +109,8 @@ class Transaction:
         plan = table.plan(stream_id, events, expected_version, self.now)
         if plan.is_noop:
             return plan.version
-        # Indexes rather than zip(..., strict=True): a zip with a keyword is a generic call
-        # (~2.5k instructions) in compiled code; a plan's two tuples always match.
+        # Indexes rather than zip(..., strict=True): compiled, a builtin called with a
+        # keyword is a generic call; a plan's two tuples always match.
         sealed, encoded = plan.events, plan.encoded
         limit = writer.max_record_bytes
         for i, value in enumerate(encoded):
@@ -133,8 +133,9 @@ class Transaction:
         """Put a record in the open batch, or in a new one when it is full; its place.
 
         aiokafka's ``BatchBuilder.append`` is interpreted code around the C record builder
-        (keyword arguments, a serializer check, two attribute updates): ~3k instructions a
-        record, a tenth of an append's own. The record goes to the C builder
+        (keyword arguments, a serializer check, two attribute updates), paid per record
+        (docs/development.md, "The compiled append path: why each trick"). The record goes
+        to the C builder
         (``BatchBuilder._builder``) directly instead, and ``flush`` tells each batch its
         record count once (``BatchBuilder._relative_offset``: aiokafka numbers the batch's
         sequence by it). Private attributes of the aiokafka that pyproject.toml pins,
@@ -322,50 +323,74 @@ class PartitionWriter:
         """Begin the next transaction while there is nothing to do.
 
         aiokafka's ``begin_transaction`` waits two event-loop turns even when it has nothing
-        to wait for; on a busy loop (a fleet appending) that put ~3 ms on the path of every
-        group commit. A begun, empty transaction is client state only: the broker hears of
+        to wait for; on a busy loop (a fleet appending) that delayed every group commit by
+        those turns. A begun, empty transaction is client state only: the broker hears of
         it with its first partition, so an idle writer holds nothing open there.
         """
         if self._begun or self._fenced is not None:
             return
         try:
             await self.producer.begin_transaction()
-        except Exception:  # _commit begins again and reports the error
+        except Exception:  # _stage begins again and reports the error
             log.debug("writer of %s/%d: early begin failed", self.topic, self.partition,
                       exc_info=True)
             return
         self._begun = True
 
     async def _commit(self, batch: list[_Queued]) -> None:
+        """One transaction for ``batch``: stage its items, publish them, then settle each
+        item's future (on a Kafka error, every item fails and the table is restored)."""
         tx = Transaction(self)
-        outcomes: list[tuple[_Queued, Any, BaseException | None]] = []
         try:
-            if self._begun:
-                self._begun = False
-            else:
-                await self.producer.begin_transaction()
-            for queued in batch:
-                value: Any  # an append's new version, or whatever a work item returns
-                try:
-                    if queued.append is not None:
-                        # Unpacked here: a star call would go through the generic
-                        # (interpreted-style) entry point of the compiled method.
-                        stream_id, events, expected = queued.append
-                        value = tx.stage(stream_id, events, expected)
-                    else:
-                        assert queued.work is not None
-                        value = await queued.work(tx)
-                except (AresError, ValueError) as exc:  # this item's own failure (conflict,
-                    outcomes.append((queued, None, exc))  # too large, a bad argument...)
-                else:
-                    outcomes.append((queued, value, None))
-            await tx.flush()
-            written = await tx.offsets()
-            await self.producer.commit_transaction()
+            outcomes = await self._stage(tx, batch)
+            written = await self._publish(tx)
         except (KafkaError, TimeoutError) as exc:
             tx.forget()
             await self._fail(batch, tx, exc)
             return
+        self._settle(batch, outcomes, written)
+
+    async def _stage(self, tx: Transaction,
+                     batch: list[_Queued]) -> list[tuple[_Queued, Any, BaseException | None]]:
+        """Begin the transaction (unless ``_begin_ahead`` did) and run every item in it:
+        each item's outcome, its value or its own failure (a conflict, a record too large,
+        a bad argument), which fails that item only. Kafka errors propagate."""
+        outcomes: list[tuple[_Queued, Any, BaseException | None]] = []
+        if self._begun:
+            self._begun = False
+        else:
+            await self.producer.begin_transaction()
+        for queued in batch:
+            value: Any  # an append's new version, or whatever a work item returns
+            try:
+                if queued.append is not None:
+                    # Unpacked here: a star call would go through the generic
+                    # (interpreted-style) entry point of the compiled method.
+                    stream_id, events, expected = queued.append
+                    value = tx.stage(stream_id, events, expected)
+                else:
+                    assert queued.work is not None
+                    value = await queued.work(tx)
+            except (AresError, ValueError) as exc:
+                outcomes.append((queued, None, exc))
+            else:
+                outcomes.append((queued, value, None))
+        return outcomes
+
+    async def _publish(self, tx: Transaction) -> list[tuple[AppendPlan, list[int]]]:
+        """Send the staged batches, wait for the broker to acknowledge them and commit the
+        transaction: every staged append with its events' offsets. Kafka errors propagate
+        (the transaction is then aborted by ``_fail``)."""
+        await tx.flush()
+        written = await tx.offsets()
+        await self.producer.commit_transaction()
+        return written
+
+    def _settle(self, batch: list[_Queued],
+                outcomes: list[tuple[_Queued, Any, BaseException | None]],
+                written: list[tuple[AppendPlan, list[int]]]) -> None:
+        """After the commit: the table's first offsets, the listeners, the metrics and
+        every item's future."""
         self._committed.inc()
         table = self.table
         appended = 0

@@ -11,8 +11,8 @@ from functools import lru_cache
 from aiokafka.partitioner import murmur2
 
 
-# murmur2 is pure Python in aiokafka (~5 µs), paid on every append and command; a fleet's
-# streams are long-lived, so the answers are cached (bounded: ~100 bytes an entry).
+# murmur2 is pure Python in aiokafka, paid on every append and command; a fleet's streams
+# are long-lived, so the answers are cached (bounded: ~100 bytes an entry).
 @lru_cache(maxsize=1 << 16)
 def partition_for(stream_id: str, partitions: int) -> int:
     if partitions <= 0:

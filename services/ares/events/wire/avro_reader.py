@@ -5,8 +5,8 @@ strings, the union's branches resolved, options looked up per value): most of wh
 decoding a replayed event costs, and decoding was two thirds of a recovery's CPU. ares
 reads the same few schemas millions of times, so ``compile_reader`` turns a parsed writer
 schema into straight-line Python once — each field a varint and a slice, single-byte
-varints inline: an Event body of the recovery benchmark reads in ~8 us instead of 13-20
-(docs/benchmarks.md).
+varints inline: an Event body of the recovery benchmark reads in about half the time
+(docs/development.md, "The compiled append path: why each trick").
 
 It covers what ares' schemas use: null, boolean, int, long, float, double, string, bytes,
 fixed, enum, records (also named references), arrays, maps, unions, and the

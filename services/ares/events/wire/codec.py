@@ -35,7 +35,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
 from ares.errors import SchemaError
-from ares.events.model import Event, EventSlots
+from ares.events.model import Event
 from ares.events.wire.avro_reader import READ_ERRORS, Reader, compile_reader
 from ares.events.wire.canonical import canonical_json, canonical_round_trip, parse_json
 from ares.events.wire.envelope import EnvelopeWriter, timestamp_micros
@@ -55,22 +55,34 @@ from ares.events.wire.schemas import (
     specs_of,
 )
 
-# Filled attribute by attribute, then made an Event (model.EventSlots says why).
-# make_event lives here, in a compiled module, rather than beside Event: run as Python it
-# cost ~3k instructions per event more on both its callers, sealing and decoding.
 _new_object: Final[Any] = object.__new__
 _EVENT: Final = Event
-_EVENT_SLOTS: Final = EventSlots
+# Event's slots without its frozen ``__setattr__`` (event_from_fields says why). Made with
+# ``type()``, not a class statement: mypyc would compile a class statement into a native
+# class, whose layout is not Event's.
+_EVENT_SLOTS: Final[type] = type("_EventSlots", (), {"__slots__": Event.__slots__})
 
 
-def make_event(id: str, stream_id: str, type: str, module: str, version: int,
-               timestamp: datetime, payload: Mapping[str, Any], metadata: Mapping[str, str],
-               prev_hash: str, hash: str, wire_body: bytes | None = None) -> Event:
-    """``Event(...)`` for the hot paths: every append seals one and every replayed record
-    decodes one. A frozen dataclass's ``__init__`` goes through ``object.__setattr__``
-    field by field (~2-3 us with keywords); filling a twin of its slots and switching the
-    class builds the same object (no validation is skipped: Event has none) in ~3.5k
-    instructions instead of ~6k through the slot descriptors."""
+def event_from_fields(id: str, stream_id: str, type: str, module: str, version: int,
+                      timestamp: datetime, payload: Mapping[str, Any],
+                      metadata: Mapping[str, str], prev_hash: str, hash: str,
+                      wire_body: bytes | None = None) -> Event:
+    """``Event(...)`` for the hot paths: every append seals one, every replayed record
+    decodes one. The only place that builds an Event this way.
+
+    Why: a frozen dataclass can only be filled through ``object.__setattr__`` (its
+    ``__init__``) or its slot descriptors, a generic call per field either way. This fills
+    a twin class with the same slots by plain attribute stores and then assigns
+    ``__class__``, which CPython allows between classes of the same layout: the same object,
+    a fraction of the cost (docs/development.md, "The compiled append path: why each trick").
+    It lives in this compiled module, not beside Event in the interpreted model, so that its
+    compiled callers (sealing, decoding) reach it by a C call.
+
+    Relies on: ``_EVENT_SLOTS`` having exactly ``Event.__slots__`` (built from them), Event
+    validating nothing in ``__init__``/``__post_init__`` (nothing is skipped), and every
+    field being a parameter here (tests/unit/test_model.py checks it): an unset slot would
+    raise AttributeError on first read.
+    """
     event: Any = _new_object(_EVENT_SLOTS)
     event.id = id
     event.stream_id = stream_id
@@ -140,8 +152,8 @@ class PreparedPayload:
     """A payload ready for the wire: its union branch, what is written, what reads back.
 
     A plain class, not a frozen dataclass: every append makes one, and a dataclass's
-    ``__init__`` stays interpreted even in the compiled module (0.8 us, ~8 % of a fleet's
-    append path in instructions); this one compiles. Treat it as immutable.
+    ``__init__`` stays interpreted even in the compiled module; this one compiles (see
+    docs/development.md). Treat it as immutable.
     """
 
     __slots__ = ("datum", "record", "value")
@@ -305,9 +317,9 @@ class Codec:
         if writer.name != EVENT:
             raise CodecError("schema_mismatch", f"expected {EVENT}, got {writer.name}")
         r = self._read(writer, data, offset)
-        return make_event(r["id"], r["stream_id"], r["type"], r["module"], r["version"],
-                          r["timestamp"], self._payload_value(r), r["metadata"],
-                          r["prev_hash"], r["hash"], data[offset:])
+        return event_from_fields(r["id"], r["stream_id"], r["type"], r["module"],
+                                 r["version"], r["timestamp"], self._payload_value(r),
+                                 r["metadata"], r["prev_hash"], r["hash"], data[offset:])
 
     # -- internals -----------------------------------------------------------------------
 
