@@ -69,7 +69,9 @@ class HostConfig:
 
 
 @dataclass(slots=True)
-class _Partition:
+class PartitionState:
+    """What the host keeps of one owned partition: its writer and the agents it hosts."""
+
     writer: PartitionWriter
     agents: dict[str, HostedAgent] = field(default_factory=dict)
     last_checkpoint: float = field(default_factory=time.monotonic)
@@ -88,12 +90,12 @@ class AgentHost:
         self.guard = guard or ResurrectionGuard()
         self.config = config or HostConfig()
         self.stopping = False
-        self.partitions: dict[int, _Partition] = {}
+        self.partitions: dict[int, PartitionState] = {}
         self.recoveries: list[RecoveryRecord] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._scanner: PartitionScanner | None = None
         self._live_workers: frozenset[str] = frozenset()
-        self._hosted_here: set[str] = set()  # agents this process has run
+        self.hosted_here: set[str] = set()  # agents this process has run
 
     # -- what the owner asks of the host -------------------------------------------------
 
@@ -147,13 +149,13 @@ class AgentHost:
                 replay.settle()  # the streams' last runs: verified and folded in the replay
         table = writer.table
         replay_done = time.monotonic()
-        state = _Partition(writer)
+        state = PartitionState(writer)
         self.partitions[partition] = state
         writer.listeners.append(lambda plan, offsets: self._on_commit(partition, plan, offsets))
         resumes = [supervision.adopt(self, state, replay, table, replay_done)
                    for replay in replays.values()]
         await asyncio.gather(*resumes)
-        self._count_agents()
+        self.count_agents()
         return writer
 
     async def suspend_partition(self, partition: int) -> None:
@@ -198,7 +200,7 @@ class AgentHost:
                 # Snapshots first: the hand-off must be each stream's last event, which is
                 # how the next owner tells a graceful hand-off from a death.
                 for hosted in live:
-                    await self._write_snapshot(tx, partition, hosted)
+                    await self.write_snapshot(tx, partition, hosted)
                 for hosted in live:
                     await tx.append(hosted.agent_id, [NewEvent(
                         ev.AGENT_HANDED_OFF, MODULE,
@@ -249,20 +251,20 @@ class AgentHost:
             if event.type == lc.AGENT_STARTED and not self.stopping:
                 supervision.spawn(self, state, hosted)
             elif event.type in (lc.AGENT_STOPPED, lc.AGENT_QUARANTINED) and hosted.running:
-                self._detach(self._stop_agents([hosted]))
+                self.detach(self._stop_agents([hosted]))
         if (hosted is not None and hosted.lifecycle.is_live
                 and hosted.events_since_snapshot >= self.config.snapshot_every):
             hosted.events_since_snapshot = 0
-            self._detach(self._snapshot_later(state, hosted))
+            self.detach(self._snapshot_later(state, hosted))
 
-    def _count_agents(self) -> None:
+    def count_agents(self) -> None:
         counts: dict[str, int] = {status.value: 0 for status in lc.Status}
         for hosted in self.agents():
             counts[hosted.lifecycle.status.value] += 1
         for status, count in counts.items():
             metrics.AGENTS.labels(status).set(count)
 
-    async def _append(self, state: _Partition, hosted: HostedAgent,
+    async def append_events(self, state: PartitionState, hosted: HostedAgent,
                       events: Sequence[NewEvent], alert: _Alert | None = None) -> int:
         """Append to the agent's stream; an ``alert`` goes out in the same transaction."""
         if alert is None:
@@ -278,7 +280,7 @@ class AgentHost:
 
         return int(await state.writer.submit(work))
 
-    async def _alert(self, state: _Partition, stream_id: str, kind: str, message: str,
+    async def _alert(self, state: PartitionState, stream_id: str, kind: str, message: str,
                      severity: str = "warning", details: dict[str, object] | None = None) -> None:
         record = alert_record(kind, stream_id, message, severity=severity, details=details)
 
@@ -287,7 +289,7 @@ class AgentHost:
 
         await state.writer.submit(send)
 
-    async def _on_paused(self, hosted: HostedAgent, outcome: TaskOutcome) -> None:
+    async def on_paused(self, hosted: HostedAgent, outcome: TaskOutcome) -> None:
         state = self.partitions.get(hosted.partition)
         if state is None:
             return
@@ -298,7 +300,7 @@ class AgentHost:
                           "--as done|retry|skip`", severity="critical",
                           details={"task_id": outcome.task_id, "calls": json.dumps(calls)})
 
-    async def _write_snapshot(self, tx: TransactionScope, partition: int,
+    async def write_snapshot(self, tx: TransactionScope, partition: int,
                               hosted: HostedAgent) -> int:
         """A snapshot of the agent as of its last committed event, with snapshot.taken."""
         if hosted.last_offset is None or hosted.agent is None:
@@ -333,11 +335,11 @@ class AgentHost:
                       key=CHECKPOINT_KEY.encode(), partition=partition)
         state.last_checkpoint = time.monotonic()
 
-    async def _snapshot_later(self, state: _Partition, hosted: HostedAgent) -> None:
+    async def _snapshot_later(self, state: PartitionState, hosted: HostedAgent) -> None:
         partition = state.writer.partition
 
         async def work(tx: TransactionScope) -> None:
-            await self._write_snapshot(tx, partition, hosted)
+            await self.write_snapshot(tx, partition, hosted)
             if time.monotonic() - state.last_checkpoint > self.config.checkpoint_every_s:
                 await self._write_checkpoint(tx, partition)
 
@@ -351,7 +353,7 @@ class AgentHost:
                                 if hosted.supervisor is not None
                                 and not hosted.supervisor.done()), ignore_errors=True)
 
-    def _detach(self, coro: Any) -> None:
+    def detach(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -24,9 +24,9 @@ from ares.topics import ALERTS
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from ares.runtime_manager.host import AgentHost, _Partition
+    from ares.runtime_manager.host import AgentHost, PartitionState
 
-    Handler = Callable[[AgentHost, TransactionScope, _Partition, HostedAgent | None, Command],
+    Handler = Callable[[AgentHost, TransactionScope, PartitionState, HostedAgent | None, Command],
                        Awaitable[Reply]]
 
 MODULE = "runtime-manager"  # the module of every event the runtime manager appends
@@ -34,7 +34,7 @@ MODULE = "runtime-manager"  # the module of every event the runtime manager appe
 INCARNATION_META = "ares.incarnation"
 
 
-async def start(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def start(host: AgentHost, tx: TransactionScope, state: PartitionState,
                 hosted: HostedAgent | None, command: Command) -> Reply:
     kind = str(command.payload["kind"])
     config_json = str(command.payload.get("config_json") or "{}")
@@ -56,7 +56,7 @@ async def start(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, version)
 
 
-async def stop(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def stop(host: AgentHost, tx: TransactionScope, state: PartitionState,
                hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
@@ -69,7 +69,7 @@ async def stop(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, version)
 
 
-async def kill(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def kill(host: AgentHost, tx: TransactionScope, state: PartitionState,
                hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
@@ -85,7 +85,7 @@ async def kill(host: AgentHost, tx: TransactionScope, state: _Partition,
         if hosted.lifecycle.status is lc.Status.RUNNING and not hosted.running:
             # The log says running but nothing runs it here: record the death and let
             # the guard decide, as for any death.
-            host._detach(supervision.death_of_unhosted(host, state, hosted, cause))
+            host.detach(supervision.death_of_unhosted(host, state, hosted, cause))
             return reply(command, ReplyStatus.OK, hosted.lifecycle.version,
                          "not running here: death recorded")
         return reply(command, ReplyStatus.OK, hosted.lifecycle.version, "not running")
@@ -94,7 +94,7 @@ async def kill(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, hosted.lifecycle.version)
 
 
-async def quarantine(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def quarantine(host: AgentHost, tx: TransactionScope, state: PartitionState,
                      hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
@@ -111,7 +111,7 @@ async def quarantine(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, version)
 
 
-async def resume(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def resume(host: AgentHost, tx: TransactionScope, state: PartitionState,
                  hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
@@ -128,7 +128,7 @@ async def resume(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, version)
 
 
-async def assign(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def assign(host: AgentHost, tx: TransactionScope, state: PartitionState,
                  hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
@@ -147,11 +147,11 @@ async def assign(host: AgentHost, tx: TransactionScope, state: _Partition,
     return reply(command, ReplyStatus.OK, version)
 
 
-async def snapshot(host: AgentHost, tx: TransactionScope, state: _Partition,
+async def snapshot(host: AgentHost, tx: TransactionScope, state: PartitionState,
                    hosted: HostedAgent | None, command: Command) -> Reply:
     if hosted is None:
         return unknown(command)
-    version = await host._write_snapshot(tx, state.writer.partition, hosted)
+    version = await host.write_snapshot(tx, state.writer.partition, hosted)
     return reply(command, ReplyStatus.OK, version)
 
 

@@ -47,27 +47,27 @@ from ares.runtime_manager.replay import (
 from ares.topics import EVENTS, SNAPSHOTS
 
 if TYPE_CHECKING:
-    from ares.runtime_manager.host import AgentHost, _Partition
+    from ares.runtime_manager.host import AgentHost, PartitionState
 
 log = logging.getLogger("ares.runtime_manager.host")  # one logger for the host's story
 
 
-def spawn(host: AgentHost, state: _Partition, hosted: HostedAgent) -> None:
+def spawn(host: AgentHost, state: PartitionState, hosted: HostedAgent) -> None:
     if hosted.running:
         return
-    host._hosted_here.add(hosted.agent_id)
+    host.hosted_here.add(hosted.agent_id)
     if hosted.agent is None:
         hosted.agent = host.registry.create(hosted.lifecycle.kind, hosted.agent_id,
                                             hosted.lifecycle.config)
     hosted.supervisor = asyncio.create_task(supervise(host, state, hosted),
                                             name=f"agent-{hosted.agent_id}")
 
-async def supervise(host: AgentHost, state: _Partition, hosted: HostedAgent) -> None:
+async def supervise(host: AgentHost, state: PartitionState, hosted: HostedAgent) -> None:
     """Runs incarnations until the agent stops, is quarantined or the host stops."""
     while True:
         sink = AgentSinkImpl(hosted, state.writer)
         hosted.incarnation_task = asyncio.create_task(
-            run_open_tasks(hosted, sink, host.services, host._on_paused))
+            run_open_tasks(hosted, sink, host.services, host.on_paused))
         error: BaseException | None = None
         try:
             await hosted.incarnation_task
@@ -93,7 +93,7 @@ async def supervise(host: AgentHost, state: _Partition, hosted: HostedAgent) -> 
             log.error("agent %s: resurrection failed: %s", hosted.agent_id, exc)
             return
 
-async def death_of_unhosted(host: AgentHost, state: _Partition, hosted: HostedAgent,
+async def death_of_unhosted(host: AgentHost, state: PartitionState, hosted: HostedAgent,
                              cause: str) -> None:
     try:
         successor = await after_death(host, state, hosted, cause, None)
@@ -103,7 +103,7 @@ async def death_of_unhosted(host: AgentHost, state: _Partition, hosted: HostedAg
     if successor is not None:
         spawn(host, state, successor)
 
-async def after_death(host: AgentHost, state: _Partition, hosted: HostedAgent, cause: str,
+async def after_death(host: AgentHost, state: PartitionState, hosted: HostedAgent, cause: str,
                        error: BaseException | None) -> HostedAgent | None:
     """Record the death and decide; the rebuilt agent when a new incarnation runs."""
     decision = host.guard.decide(hosted.lifecycle, host.stopping, time.time())
@@ -115,26 +115,27 @@ async def after_death(host: AgentHost, state: _Partition, hosted: HostedAgent, c
         error_message=None if error is None else str(error)[:1000],
         traceback_digest=None if error is None else traceback_digest(error)))
     if isinstance(decision, Quarantine):
-        await host._append(state, hosted, [dead, NewEvent(
+        await host.append_events(state, hosted, [dead, NewEvent(
             lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))], alert=(
             "agent_quarantined", f"restart budget exhausted after "
             f"{decision.deaths_in_window} deaths (last: {cause})", "critical",
             {"cause": cause, "error": repr(error)[:500]}))
         return None
     if isinstance(decision, Skip):
-        await host._append(state, hosted, [dead])
+        await host.append_events(state, hosted, [dead])
         return None
     assert isinstance(decision, Resurrect)
     return await resurrect(host, state, hosted, decision, [dead], cause)
 
-async def resurrect(host: AgentHost, state: _Partition, hosted: HostedAgent, decision: Resurrect,
-                     before: Sequence[NewEvent], cause: str) -> HostedAgent | None:
+async def resurrect(host: AgentHost, state: PartitionState, hosted: HostedAgent,
+                    decision: Resurrect, before: Sequence[NewEvent],
+                    cause: str) -> HostedAgent | None:
     hosted.lifecycle = lc.mark_resurrecting(hosted.lifecycle)
     parent = hosted.lifecycle.incarnation
     resurrecting = NewEvent(lc.AGENT_RESURRECTING, MODULE,
                             resurrecting_payload(hosted.lifecycle, decision, cause),
                             metadata=decision.metadata())
-    await host._append(state, hosted, [*before, resurrecting])
+    await host.append_events(state, hosted, [*before, resurrecting])
     if decision.delay_s > 0:
         await asyncio.sleep(decision.delay_s)
     if host.guard.recheck(hosted.lifecycle, host.stopping) is not None:
@@ -160,7 +161,7 @@ async def resurrect(host: AgentHost, state: _Partition, hosted: HostedAgent, dec
     if host.guard.recheck(fresh.lifecycle, host.stopping) is not None:
         return None  # stopped while it was being rebuilt
     resumed_at = time.monotonic()
-    await host._append(state, fresh, [NewEvent(
+    await host.append_events(state, fresh, [NewEvent(
         lc.AGENT_RESURRECTED, MODULE,
         record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
                           worker=host.worker_id),
@@ -170,7 +171,7 @@ async def resurrect(host: AgentHost, state: _Partition, hosted: HostedAgent, dec
     recovered(host, record, cause)
     return fresh
 
-async def replay_agent(host: AgentHost, state: _Partition, hosted: HostedAgent) -> AgentReplay:
+async def replay_agent(host: AgentHost, state: PartitionState, hosted: HostedAgent) -> AgentReplay:
     """A single agent rebuilt from Kafka: its snapshot, then its events after it."""
     assert host._scanner is not None
     started = time.monotonic()
@@ -197,7 +198,7 @@ async def replay_agent(host: AgentHost, state: _Partition, hosted: HostedAgent) 
     replay.build_agent(host.registry)
     return replay
 
-def install(host: AgentHost, state: _Partition, old: HostedAgent, fresh: HostedAgent) -> None:
+def install(host: AgentHost, state: PartitionState, old: HostedAgent, fresh: HostedAgent) -> None:
     """The rebuilt agent takes the old one's place (same supervisor task, same flags)."""
     if old.lifecycle.stop_requested:
         fresh.lifecycle = lc.mark_stop_requested(fresh.lifecycle)
@@ -208,7 +209,7 @@ def install(host: AgentHost, state: _Partition, old: HostedAgent, fresh: HostedA
 
 # -- recovery of a partition ---------------------------------------------------------
 
-async def adopt(host: AgentHost, state: _Partition, replay: AgentReplay, table: StreamTable,
+async def adopt(host: AgentHost, state: PartitionState, replay: AgentReplay, table: StreamTable,
                  replay_done: float) -> None:
     """After the partition scan: verify the stream, host the agent, resume it."""
     failure = replay.finish(table.head(replay.stream_id))
@@ -256,17 +257,17 @@ async def rescan(host: AgentHost, replay: AgentReplay, snapshot: Snapshot | None
         fresh.feed(offset, event)
     return fresh, fresh.finish(table.head(replay.stream_id))
 
-async def resume_after_recovery(host: AgentHost, state: _Partition, hosted: HostedAgent,
+async def resume_after_recovery(host: AgentHost, state: PartitionState, hosted: HostedAgent,
                                  record: RecoveryRecord, resume_started: float) -> None:
     life = hosted.lifecycle
     if life.status is lc.Status.STARTING:  # resumed by an operator, not started yet
-        await host._append(state, hosted, [NewEvent(lc.AGENT_STARTED, MODULE, {
+        await host.append_events(state, hosted, [NewEvent(lc.AGENT_STARTED, MODULE, {
             "kind": life.kind, "config_json": life.config_json,
             "incarnation": life.incarnation + 1, "worker": host.worker_id})])
         return
     moved = life.worker is not None and (
         life.worker in host._live_workers and not (
-            life.worker == host.worker_id and hosted.agent_id not in host._hosted_here))
+            life.worker == host.worker_id and hosted.agent_id not in host.hosted_here))
     if life.last_event_type == ev.AGENT_HANDED_OFF or (life.status is lc.Status.RUNNING and moved):
         before: list[NewEvent] = []  # its worker is alive: handed over, not dead
         cause = "handoff" if life.last_event_type == ev.AGENT_HANDED_OFF else "rebalance"
@@ -278,12 +279,12 @@ async def resume_after_recovery(host: AgentHost, state: _Partition, hosted: Host
     if cause not in ("handoff", "rebalance"):
         decision = host.guard.decide(life, False, time.time())
         if isinstance(decision, Quarantine):
-            await host._append(state, hosted, [*before, NewEvent(
+            await host.append_events(state, hosted, [*before, NewEvent(
                 lc.AGENT_QUARANTINED, MODULE, quarantined_payload(decision))])
             return
         if not isinstance(decision, Resurrect):
             if before:
-                await host._append(state, hosted, before)
+                await host.append_events(state, hosted, before)
             return
         before.append(NewEvent(lc.AGENT_RESURRECTING, MODULE,
                                resurrecting_payload(life, decision, cause),
@@ -292,14 +293,14 @@ async def resume_after_recovery(host: AgentHost, state: _Partition, hosted: Host
     metadata = {**record.to_metadata(), "ares.recovery.cause": cause,
                 "ares.recovery.resume_ms":
                 str(round((time.monotonic() - resume_started) * 1000))}
-    await host._append(state, hosted, [*before, NewEvent(
+    await host.append_events(state, hosted, [*before, NewEvent(
         lc.AGENT_RESURRECTED, MODULE,
         record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
                           worker=host.worker_id), metadata=metadata)])
     recovered(host, record, cause)
     spawn(host, state, hosted)
 
-async def quarantine_for_integrity(host: AgentHost, state: _Partition, replay: AgentReplay,
+async def quarantine_for_integrity(host: AgentHost, state: PartitionState, replay: AgentReplay,
                                     kind: str, version: int, detail: str) -> None:
     hosted = replay.hosted
     state.agents[hosted.agent_id] = hosted
@@ -307,14 +308,14 @@ async def quarantine_for_integrity(host: AgentHost, state: _Partition, replay: A
         return  # an earlier recovery quarantined it already: one verdict, one alert
     await quarantine_hosted(host, state, hosted, kind, version, detail)
 
-async def quarantine_hosted(host: AgentHost, state: _Partition, hosted: HostedAgent, kind: str,
+async def quarantine_hosted(host: AgentHost, state: PartitionState, hosted: HostedAgent, kind: str,
                              version: int, detail: str) -> None:
     message = f"integrity failure at version {version}: {kind}: {detail}"
     log.error("agent %s: %s", hosted.agent_id, message)
     if hosted.lifecycle.status is lc.Status.QUARANTINED:
         return
     hosted.lifecycle = lc.mark_stop_requested(hosted.lifecycle)
-    await host._append(state, hosted, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
+    await host.append_events(state, hosted, [NewEvent(lc.AGENT_QUARANTINED, MODULE, {
         "reason": f"integrity:{kind}", "deaths": 0})], alert=(
         "integrity_failure", message, "critical", {"kind": kind, "version": version}))
 
@@ -327,7 +328,7 @@ def recovered(host: AgentHost, record: RecoveryRecord, cause: str) -> None:
                            ("resume", record.resume_s)):
         if seconds is not None:
             metrics.RECOVERY_SECONDS.labels(phase).observe(seconds)
-    host._count_agents()
+    host.count_agents()
 
 
 class IntegrityFailure(AresError):
