@@ -56,6 +56,7 @@ OFFLINE = {
     "schemas list": "reads schemas/",
     "schemas check": "compares schemas/ with the released ones",
     "schemas sync": "copies schemas/ into the package",
+    "schemas export": "renders schemas/ as documents for other languages",
     "chaos": "starts a broker of its own",
 }
 # Lines a command may print before its error: the demo's and bench's progress, the JSON

@@ -1,4 +1,5 @@
-"""``ares schemas``: the Avro schemas — list them, check their evolution, sync the package copy."""
+"""``ares schemas``: the Avro schemas — list, check their evolution, sync the package copy,
+export them for consumers in other languages."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ares.events.wire.compat import check_directory, copy_drift, sync_copy
+from ares.events.wire.export import EXTENSIONS, FORMATS, collect, dumps, export
 from ares.events.wire.schemas import load_directory, package_schema_dir, repo_schema_dir, schema_dir
 
 console = Console(highlight=False)
@@ -85,3 +87,52 @@ def sync(directory: Path | None) -> None:
         console.print(f"updated {target / rel}")
     console.print(f"{target} is in sync with {source}" if not changed else
                   f"{len(changed)} file(s) updated")
+
+
+@schemas.command("export")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="avsc", show_default=True,
+              help="avsc: the Avro schema with an x-ares attribute (version, fingerprint, "
+                   "canonical form); json-schema: JSON Schema 2020-12 of the Avro JSON "
+                   "encoding; markdown: a page per schema")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="write one file per schema and version, <name>.<version>.<ext> "
+                   f"({', '.join(f'.{e}' for e in EXTENSIONS.values())}) "
+                   "[default: print to stdout]")
+@click.option("--released/--no-released", default=True, show_default=True,
+              help="include every released version (schemas/released/vN/)")
+@click.option("--dir", "directory", type=_DIR, help="schema directory [default: the loaded one]")
+def export_(fmt: str, out: Path | None, released: bool, directory: Path | None) -> None:
+    """Schema documents for consumers: generate types in another language from them.
+
+    \b
+    Example:
+      ares schemas export --format json-schema --out build/schemas
+
+    Every document names its version (`current`, or the release `vN`) and the schema's
+    fingerprint: the CRC-64-AVRO of its Parsing Canonical Form, as hex of the 8 bytes in
+    little-endian order (as in the single-object header `C3 01` + fingerprint), and as
+    the signed int64 Java's `SchemaNormalization.parsingFingerprint64` returns.
+    json-schema describes the Avro JSON encoding (JsonEncoder, fastavro.json_writer): a
+    non-null union value is wrapped, {"string": "x"}; bytes are ISO-8859-1 strings.
+
+    Without --out the JSON formats print one JSON array (one document per schema and
+    version) and markdown prints the pages one after the other.
+    """
+    directory = directory or schema_dir()
+    files = collect(directory, released=released)
+    if not files:
+        raise click.UsageError(f"no .avsc file in {directory}", click.get_current_context())
+    documents = export(files, fmt)
+    if out is None:
+        if fmt == "markdown":
+            click.echo("\n".join(d.text for d in documents), nl=False)
+        else:
+            click.echo(dumps([d.document for d in documents]), nl=False)
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for d in documents:
+            (out / d.file_name).write_text(d.text, encoding="utf-8")
+    except OSError as e:
+        raise click.UsageError(f"--out {out}: {e}", click.get_current_context()) from e
+    console.print(f"wrote {len(documents)} {fmt} document(s) to {out}")
