@@ -9,6 +9,8 @@ command -v mvn >/dev/null 2>&1 || missing+=(maven)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ -n "${ARES_DEV_PG_BINDIR:-}" ] \
   || missing+=(postgresql-15)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+# kcat: the audit of a log dumped by standard Kafka tooling (docs/clients.md).
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import cast
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from ares.events.wire.foreign import FOREIGN_RECORDS
 
 _go_float: Callable[[float], str] = floatToGoString  # the "le" label's text; untyped upstream
 
@@ -67,6 +69,30 @@ class HotPathHistogram:
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation)
 
+class ForeignFingerprints:
+    """``ares_foreign_fingerprint_total{schema,variant}``: records decoded although their
+    header carried the fingerprint another Avro library computes (``events.wire.foreign``),
+    read from the codec's tally at each scrape; the codec does not depend on Prometheus."""
+
+    name = "ares_foreign_fingerprint"
+    documentation = ("Records whose single-object header carried another Avro library's "
+                     "fingerprint (accepted; fix the producer), by schema and variant")
+
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+        if registry is not None:
+            registry.register(cast(Collector, self))  # see HotPathHistogram
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=["schema", "variant"])
+        for (schema, variant), count in sorted(FOREIGN_RECORDS.items()):
+            family.add_metric([schema, variant], count)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=["schema", "variant"])
+
+
+FOREIGN_FINGERPRINTS = ForeignFingerprints()
 EVENTS_APPENDED = Counter(
     "ares_events_appended_total", "Events committed to ares.events by this process",
     ["partition"])

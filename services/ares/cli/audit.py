@@ -7,14 +7,17 @@ key, and truncation — the log ending before a version its latest snapshot, the
 partition checkpoint or the projected stream index knows. The log is scanned in full
 (never through the index: a forged record sits where no index points), in chunks of at
 most --max-replay events, so memory stays bounded on any log.
+With --file the log is read from a dump written by kcat (``ares.replay_reader.dump``,
+docs/clients.md), offline: neither broker nor database is needed.
 Exit codes: 0 every stream intact, 5 anything failed (each finding names the stream, the
-version and what is wrong), 1 a named stream has no trace anywhere, 2 usage,
-4 broker unreachable.
+version and what is wrong), 1 a named stream has no trace anywhere, 2 usage (and a dump
+not in the documented framing), 4 broker unreachable.
 """
 
 from __future__ import annotations
 
 import json
+from typing import BinaryIO
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -22,7 +25,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
 from ares.replay_reader.audit import AuditReport
-from ares.replay_reader.audit_run import DEFAULT_MAX_REPLAY, AuditScope, run_audit
+from ares.replay_reader.audit_run import (
+    DEFAULT_MAX_REPLAY,
+    AuditScope,
+    audit_source,
+    run_audit,
+)
+from ares.replay_reader.dump import KCAT_FORMAT, DumpError, DumpSource, read_dump
 from ares.replay_reader.wiring import (
     ENV_SCHEMA,
     CompactedSummaries,
@@ -51,25 +60,38 @@ def audit() -> None:
               help="do not compare with the projected stream index")
 @click.option("--progress/--no-progress", default=None,
               help="a progress bar on stderr  [default: when stderr is a terminal]")
+@click.option("--file", "dump", type=click.File("rb"), metavar="PATH",
+              help="read the log from a kcat dump instead of the broker ('-': stdin), "
+                   f"dumped with -f '{KCAT_FORMAT}'")
 @click.pass_context
 def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, as_json: bool,
            max_replay: int, schema: str | None, no_index: bool,
-           progress: bool | None) -> None:
+           progress: bool | None, dump: BinaryIO | None) -> None:
     """Verify STREAM... (agent ids), or --all of them.
 
     \b
     Checks the hash chain, contiguous versions, duplicates, undecodable and misrouted
     records, and truncation against snapshots, partition checkpoints and the stream index.
     The log is scanned in full, --max-replay events at a time.
+
+    \b
+    An auditor's copy, verified offline (no broker, no database):
+      kcat -C -b BROKER -t ares.events -e -q -X isolation.level=read_committed \\
+           -f 'ares-dump-1 %t %p %o %K %S\\n%k%s\\n' > events.dump
+      ares audit verify --all --file events.dump
     Exit codes: 0 intact, 5 any finding (stream, version, what is wrong), 1 a named stream
-    has no trace anywhere, 2 usage, 4 broker unreachable.
+    has no trace anywhere, 2 usage or a dump not in that framing, 4 broker unreachable.
     """
     if bool(streams) == all_streams:
         raise click.UsageError("name the streams to verify, or --all (not both)")
     settings = settings_of(ctx)
     show_progress = err_console.is_terminal if progress is None else progress
-    report, notes = run_async(_verify(settings, None if all_streams else list(streams),
-                                      max_replay, schema, not no_index, show_progress))
+    wanted = None if all_streams else list(streams)
+    if dump is not None:
+        report, notes = run_async(_verify_dump(settings, dump, wanted, max_replay))
+    else:
+        report, notes = run_async(_verify(settings, wanted, max_replay, schema,
+                                          not no_index, show_progress))
     for note in notes:
         err_console.print(f"note: {note}", highlight=False)
     if as_json:
@@ -80,6 +102,28 @@ def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, a
     if not report.ok:
         ctx.exit(INTEGRITY_EXIT)
     ctx.exit(1 if report.unknown else 0)
+
+
+async def _verify_dump(settings: Settings, dump: BinaryIO, streams: list[str] | None,
+                       max_replay: int) -> tuple[AuditReport, list[str]]:
+    topics = Topics.of(settings)
+    name = getattr(dump, "name", "the dump")
+    try:
+        source = DumpSource(read_dump(dump, name))
+    except DumpError as exc:
+        raise click.BadParameter(str(exc), param_hint="--file") from None
+    found = source.topics()
+    if topics.events not in found:
+        held = ", ".join(sorted(found)) or "no record at all"
+        raise click.BadParameter(f"{name} holds no record of {topics.events} (it holds: "
+                                 f"{held}); set --topic-prefix to the dumped one's",
+                                 param_hint="--file")
+    snapshots = topics.snapshots if topics.snapshots in found else None
+    scope = AuditScope(topics.events, snapshots, streams, max_replay=max_replay)
+    if snapshots is None:
+        scope.notes.append(f"{name} holds no {topics.snapshots}: truncation is judged "
+                           "from the events alone")
+    return await audit_source(source, scope), scope.notes
 
 
 async def _verify(settings: Settings, streams: list[str] | None, max_replay: int,

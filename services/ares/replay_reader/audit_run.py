@@ -15,8 +15,9 @@ scan can remember the hashes at exactly those versions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiokafka import TopicPartition
 
@@ -50,20 +51,67 @@ class AuditScope:
     notes: list[str] = field(default_factory=list)  # what could not be consulted
 
 
+class LoggedRecord(Protocol):
+    """What the audit reads of a record, from a consumer or from a dump."""
+
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def offset(self) -> int: ...
+
+
+class RecordSource(Protocol):
+    """Where the audit reads the log: the topics (``RangeScanner``) or a dump of them."""
+
+    async def partitions_to_scan(self, topic: str, streams: set[str] | None) -> list[int]: ...
+    async def start_offset(self, tp: TopicPartition) -> int: ...
+    async def end(self, tp: TopicPartition) -> int: ...
+    def records(self, tp: TopicPartition, start: int,
+                end: int | None = None) -> AsyncIterator[LoggedRecord]: ...
+
+
+class _Topics:
+    """The live topics: a named stream needs only its partition."""
+
+    def __init__(self, scanner: RangeScanner) -> None:
+        self._scanner = scanner
+        self.start_offset = scanner.start_offset
+        self.end = scanner.end
+
+    async def partitions_to_scan(self, topic: str, streams: set[str] | None) -> list[int]:
+        partitions = await self._scanner.partitions(topic)
+        if streams is None:
+            return list(range(partitions))
+        return sorted({partition_for(s, partitions) for s in streams})
+
+    def records(self, tp: TopicPartition, start: int,
+                end: int | None = None) -> AsyncIterator[LoggedRecord]:
+        return self._scanner.records(tp, start, end)
+
+
 async def run_audit(settings: Settings, scope: AuditScope,
                     progress: Progress | None = None) -> AuditReport:
-    if scope.max_replay < 1:
-        raise ValueError("max_replay must be >= 1")
+    """Audit the topics of ``settings``' broker."""
     scanner = RangeScanner(settings)
     await scanner.start()
     try:
-        return await _Audit(scanner, scope, progress).run()
+        return await audit_source(_Topics(scanner), scope, progress)
     finally:
         await scanner.close()
 
 
+async def audit_source(source: RecordSource, scope: AuditScope,
+                       progress: Progress | None = None) -> AuditReport:
+    """Audit the log ``source`` serves (a dump: ``ares.replay_reader.dump.DumpSource``)."""
+    if scope.max_replay < 1:
+        raise ValueError("max_replay must be >= 1")
+    return await _Audit(source, scope, progress).run()
+
+
 class _Audit:
-    def __init__(self, scanner: RangeScanner, scope: AuditScope,
+    def __init__(self, scanner: RecordSource, scope: AuditScope,
                  progress: Progress | None) -> None:
         self.scanner = scanner
         self.scope = scope
@@ -74,11 +122,7 @@ class _Audit:
         self.wanted = None if scope.streams is None else set(scope.streams)
 
     async def run(self) -> AuditReport:
-        partitions = await self.scanner.partitions(self.scope.events_topic)
-        if self.wanted is None:
-            scan = list(range(partitions))
-        else:
-            scan = sorted({partition_for(s, partitions) for s in self.wanted})
+        scan = await self.scanner.partitions_to_scan(self.scope.events_topic, self.wanted)
         await self._load_known(scan)
         ranges = {}
         for p in scan:
@@ -155,6 +199,8 @@ class _Audit:
             if wanted_keys is None or record.key in wanted_keys:
                 key = record.key.decode(errors="replace") if record.key else ""
                 try:
+                    if record.value is None:
+                        raise SchemaError("a null value (a tombstone) in the event log")
                     chunk.append((key, record.offset, decode_event(record.value)))
                 except SchemaError as exc:
                     chunk.append((key, record.offset, exc))

@@ -39,9 +39,11 @@ from ares.events.model import Event
 from ares.events.wire.avro_reader import READ_ERRORS, Reader, compile_reader
 from ares.events.wire.canonical import canonical_json, canonical_round_trip, parse_json
 from ares.events.wire.envelope import EnvelopeWriter, timestamp_micros
+from ares.events.wire.foreign import FOREIGN_RECORDS, Candidate, diagnose
 from ares.events.wire.schemas import (
     COMMAND,
     COMMAND_PAYLOADS,
+    CURRENT,
     EVENT,
     EVENT_PAYLOADS,
     JSON_PAYLOAD,
@@ -120,7 +122,9 @@ class SingleObjectEncoding:
     """``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint (Avro specification)."""
 
     def __init__(self, schemas: SchemaRegistry) -> None:
+        self._schemas = schemas
         self._by_fingerprint = schemas.by_fingerprint
+        self._by_foreign = schemas.by_foreign_fingerprint
 
     def header(self, schema: SchemaFile) -> bytes:
         return MAGIC + schema.fingerprint
@@ -136,12 +140,26 @@ class SingleObjectEncoding:
         fingerprint = bytes(data[2:HEADER_SIZE])
         writer = self._by_fingerprint.get(fingerprint)
         if writer is None:
-            raise CodecError(
-                "unknown_fingerprint",
-                f"no known schema has fingerprint {fingerprint.hex()} "
-                f"({len(self._by_fingerprint)} known)",
-            )
+            return self._foreign_writer_of(fingerprint, data), HEADER_SIZE
         return writer, HEADER_SIZE
+
+    def _foreign_writer_of(self, fingerprint: bytes, data: bytes) -> SchemaFile:
+        """The schema another Avro library named by ``fingerprint`` (counted), else the
+        unknown_fingerprint error with the closest schema and the likely cause."""
+        foreign = self._by_foreign.get(fingerprint)
+        if foreign is not None:
+            writer, variant = foreign
+            FOREIGN_RECORDS[(writer.name, variant)] += 1
+            return writer
+        candidates = [Candidate(sf.name, sf.release, sf.parsed, (sf.fingerprint, *sf.foreign))
+                      for sf in self._schemas.by_fingerprint.values()]
+        # Current schemas first: the closest match a producer most likely meant.
+        candidates.sort(key=lambda c: c.release != CURRENT)
+        raise CodecError(
+            "unknown_fingerprint",
+            f"fingerprint {fingerprint.hex()} is none of the {len(self._by_fingerprint)} "
+            "known schemas'; " + diagnose(fingerprint, bytes(data[HEADER_SIZE:]), candidates),
+        )
 
 
 # What fastavro (and str.encode) raise for a datum the schema cannot write.

@@ -36,6 +36,7 @@ from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import parse_schema, to_parsing_canonical_form
 
 from ares.errors import SchemaError
+from ares.events.wire.foreign import foreign_fingerprints
 
 Schema = dict[str, Any]
 
@@ -117,6 +118,8 @@ class SchemaFile:
     parsed: Schema  # fastavro-parsed: ready for schemaless_writer/reader
     canonical_form: str  # Parsing Canonical Form (what the fingerprint covers)
     fingerprint: bytes  # CRC-64-AVRO, 8 bytes little-endian, as in single-object encoding
+    # What other Avro libraries write for it, to the variant's name (wire/foreign.py).
+    foreign: Mapping[bytes, str] = field(default_factory=dict)
 
     @property
     def named_types(self) -> Mapping[str, Schema]:
@@ -133,6 +136,8 @@ class SchemaRegistry:
     current: Mapping[str, SchemaFile]
     releases: Mapping[str, Mapping[str, SchemaFile]] = field(default_factory=dict)
     by_fingerprint: Mapping[bytes, SchemaFile] = field(default_factory=dict)
+    # Fingerprints other libraries compute for the same schemas: (writer, variant name).
+    by_foreign_fingerprint: Mapping[bytes, tuple[SchemaFile, str]] = field(default_factory=dict)
 
     def get(self, name: str) -> SchemaFile:
         try:
@@ -218,6 +223,7 @@ def load_file(path: Path, release: str = CURRENT) -> SchemaFile:
         parsed=parsed,
         canonical_form=canonical,
         fingerprint=bytes.fromhex(_fingerprint(canonical, "CRC-64-AVRO")),
+        foreign=foreign_fingerprints(raw),
     )
 
 
@@ -255,7 +261,12 @@ def load_registry(directory: Path | None = None) -> SchemaRegistry:
             _register(by_fp, sf)
     for sf in current.values():
         by_fp[sf.fingerprint] = sf
-    return SchemaRegistry(directory, current, releases, by_fp)
+    by_foreign: dict[bytes, tuple[SchemaFile, str]] = {}
+    for sf in [*(f for r in releases.values() for f in r.values()), *current.values()]:
+        for fp, variant in sf.foreign.items():
+            if fp not in by_fp:  # a spec fingerprint always means its own schema
+                by_foreign[fp] = (sf, variant)
+    return SchemaRegistry(directory, current, releases, by_fp, by_foreign)
 
 
 def _register(by_fp: dict[bytes, SchemaFile], sf: SchemaFile) -> None:
