@@ -88,6 +88,7 @@ SAMPLE_COMMAND_PAYLOADS: dict[str, dict[str, Any]] = {
         {"id": "e1", "type": "note", "module": "cli", "payload_json": '{"a":1}',
          "metadata": {"k": "v"}, "timestamp": None},
     ]},
+    "agent.signal": {"name": "approved", "signal_id": "s-1", "payload_json": '{"by":"ops"}'},
 }
 
 

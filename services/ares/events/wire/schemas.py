@@ -87,6 +87,7 @@ COMMAND_PAYLOADS: Mapping[str, str] = {
     "task.assign": "ares.v1.command.AssignTask",
     "snapshot.request": "ares.v1.command.RequestSnapshot",
     "events.append": "ares.v1.command.AppendEvents",
+    "agent.signal": "ares.v1.command.SignalAgent",
 }
 
 _RELEASE_NAME = re.compile(r"^v(\d+)$")
