@@ -127,3 +127,14 @@ HANGING_TRANSACTIONS = Counter(
 CONSUMER_LAG = Gauge(
     "ares_command_lag", "Commands not yet handled, per partition of ares.commands",
     ["partition"])
+SCHEDULE_TICKS = Counter(
+    "ares_schedule_ticks_total",
+    "Schedule ticks, by outcome: fired (on time), caught_up (one fired for missed ones, "
+    "catch-up once), skipped (missed ones, catch-up skip), failed (transaction failed, retried)",
+    ["outcome"])
+SCHEDULE_TICK_LATENESS = Histogram(
+    "ares_schedule_tick_lateness_seconds",
+    "From a planned tick's time to the commit of its task.assign (catch-ups not counted)",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+SCHEDULES = Gauge("ares_schedules", "Schedules of the partitions this process owns, by state",
+                  ["state"])

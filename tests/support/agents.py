@@ -58,4 +58,30 @@ class Sleeper(Agent):
         return await ctx.step("nap", nap)
 
 
-REGISTRY = AgentRegistry([Crasher, Counter, Sleeper], source="tests.support.agents")
+class Napper(Agent):
+    """A durable ``ctx.sleep`` of ``input['seconds']``, between two steps: a timer to kill
+    the worker under."""
+
+    kind = "test.napper"
+
+    async def handle(self, task: Task, ctx: Context) -> Any:
+        await ctx.step("before", lambda: "ready")
+        await ctx.sleep(float(task.input.get("seconds", 1)), name="nap")
+        return await ctx.step("after", lambda: "woke")
+
+
+class Waiter(Agent):
+    """Only a durable wait: for the signal ``input['signal']`` (default ``go``), or with
+    ``input['seconds']`` a ``ctx.sleep`` of that long. bench/waits.py hosts 10,000 of them."""
+
+    kind = "test.waiter"
+
+    async def handle(self, task: Task, ctx: Context) -> Any:
+        if "seconds" in task.input:
+            await ctx.sleep(float(task.input["seconds"]))
+            return "woke"
+        return await ctx.wait_for(str(task.input.get("signal", "go")))
+
+
+REGISTRY = AgentRegistry([Crasher, Counter, Sleeper, Napper, Waiter],
+                         source="tests.support.agents")

@@ -76,7 +76,8 @@ def test_json_document_is_the_contract() -> None:
         "agent_id", "kind", "status", "incarnation", "restarts", "deaths", "recent_deaths",
         "worker", "version", "last_event_time", "last_event_type", "started_at", "config",
         "snapshot_version", "last_death", "quarantine_reason", "current_task", "tasks",
-        "tokens", "in_doubt"}
+        "tokens", "in_doubt", "waiting_for"}
+    assert doc["waiting_for"] is None
     assert doc["current_task"] == {"task_id": "t1", "state": "running"}
     assert doc["last_death"]["cause"] == "killed"
     assert doc["last_event_time"] == at(3).isoformat()

@@ -40,6 +40,7 @@ from ares.events.wire.schemas import (
     EVENT_PAYLOADS,
     HEARTBEAT,
     REPLY,
+    SCHEDULE,
     SNAPSHOT,
     SchemaFile,
     SchemaRegistry,
@@ -89,6 +90,12 @@ SAMPLE_COMMAND_PAYLOADS: dict[str, dict[str, Any]] = {
          "metadata": {"k": "v"}, "timestamp": None},
     ]},
     "agent.signal": {"name": "approved", "signal_id": "s-1", "payload_json": '{"by":"ops"}'},
+    "schedule.create": {"agent_id": "mailer-1", "cron": "0 9 * * MON-FRI",
+                        "input_json": '{"kind":"daily"}', "catchup": "once",
+                        "timezone": "Europe/Paris"},
+    "schedule.pause": {"reason": "holiday"},
+    "schedule.resume": {},
+    "schedule.delete": {"reason": "obsolete"},
 }
 
 
@@ -200,6 +207,11 @@ OTHER_RECORDS: dict[str, dict[str, Any]] = {
     ALERT: {"id": "a-1", "stream_id": "agent-1", "kind": "death_loop", "severity": "critical",
             "message": "5 deaths", "source": "health_checker", "timestamp": T0,
             "details": {"deaths": "5"}},
+    SCHEDULE: {"name": "digest", "agent_id": "mailer-1", "cron": "0 9 * * MON-FRI",
+               "timezone": "Europe/Paris", "input_json": '{"kind":"daily"}',
+               "catchup": "once", "paused": False, "issuer": "cli", "created_at": T0,
+               "since": T0, "last_tick": T0, "ticks": 3, "fired_by": "rm-0",
+               "updated_at": T0},
 }
 
 

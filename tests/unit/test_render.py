@@ -15,7 +15,16 @@ from ares.events.chain import seal_encoded
 from ares.events.kafka.dlq import DeadLetter
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.wire.codec import encode, encode_event
-from ares.events.wire.schemas import ALERT, COMMAND, EVENT, HEARTBEAT, REPLY, SNAPSHOT, registry
+from ares.events.wire.schemas import (
+    ALERT,
+    COMMAND,
+    EVENT,
+    HEARTBEAT,
+    REPLY,
+    SCHEDULE,
+    SNAPSHOT,
+    registry,
+)
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)
@@ -40,6 +49,10 @@ RECORDS: dict[str, dict[str, Any]] = {
     ALERT: {"id": "a-1", "stream_id": "agent-1", "kind": "death_loop", "severity": "critical",
             "message": "5 deaths", "source": "health_checker", "timestamp": T0,
             "details": {"deaths": "5"}},
+    SCHEDULE: {"name": "digest", "agent_id": "mailer-1", "cron": "0 9 * * MON-FRI",
+               "timezone": "Europe/Paris", "input_json": "null", "catchup": "once",
+               "paused": True, "issuer": "cli", "created_at": T0, "since": T0,
+               "last_tick": T0, "ticks": 3, "fired_by": "rm-0", "updated_at": T0},
 }
 
 
@@ -146,6 +159,8 @@ def test_event_json_is_exactly_the_envelope() -> None:
     (SNAPSHOT, ["snapshot stream=agent-1", "v40", "events_offset=1234", "state=12 bytes (json)"]),
     (HEARTBEAT, ["heartbeat worker=rm-0", "interval=1000ms", "agents=1 agent-1"]),
     (ALERT, ["alert critical death_loop", "source=health_checker: 5 deaths"]),
+    (SCHEDULE, ["schedule digest agent=mailer-1", "cron='0 9 * * MON-FRI'", "paused",
+                "ticks=3", "last_tick=2026-01-02T03:04:05.678Z", "fired_by=rm-0"]),
 ])
 def test_every_record_has_a_summary(name: str, needles: list[str]) -> None:
     dumped = render.inspect_record(raw(encode(name, RECORDS[name])))

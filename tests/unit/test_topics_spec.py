@@ -398,7 +398,8 @@ def test_copartitioned_increase_needs_allow_repartition() -> None:
     assert "--allow-repartition" in refused.refusals[-1]
     allowed = plan_changes(plan, states, brokers=1, allow_repartition=True)
     assert allowed.refusals == ()
-    assert [c.new_partitions for c in allowed.changes if c.spec.copartitioned] == [6] * 5
+    assert [c.new_partitions for c in allowed.changes if c.spec.copartitioned] == [6] * len(
+        PER_AGENT_TOPICS)
     assert "moves agents to other owners" in allowed.warnings[-1]
 
 

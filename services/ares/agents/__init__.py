@@ -17,12 +17,14 @@ from ares.agents.errors import (
     AgentRegistryError,
     ContextClosedError,
     NonDeterminismError,
+    Rejected,
     StepFailed,
     StepResultError,
     TaskFailed,
     ToolCallFailed,
     ToolSkipped,
     UnknownAgentKindError,
+    WaitTimeout,
 )
 from ares.agents.host_api import AgentServices, OutcomeStatus, TaskOutcome
 from ares.agents.ledger import TokenLedger, token_ledger
@@ -47,6 +49,7 @@ __all__ = [
     "OutcomeStatus",
     "ReconcileRegistry",
     "Reconciled",
+    "Rejected",
     "RetryPolicy",
     "RunStats",
     "StepFailed",
@@ -58,6 +61,7 @@ __all__ = [
     "ToolCallFailed",
     "ToolSkipped",
     "UnknownAgentKindError",
+    "WaitTimeout",
     "build_registry",
     "load_registry",
     "token_ledger",

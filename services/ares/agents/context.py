@@ -18,19 +18,35 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ares.agents import records as r
 from ares.agents.errors import (
     ContextClosedError,
     NonDeterminismError,
+    Rejected,
     StepFailed,
     StepResultError,
     TaskPaused,
+    WaitTimeout,
 )
 from ares.agents.journal import RecordedCall, TaskJournal
 from ares.agents.retry import LLM_DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from ares.agents.tools import Effect, InDoubtCall, Reconciler
+from ares.agents.waits import (
+    APPROVAL,
+    APPROVED,
+    REJECTED,
+    SIGNAL,
+    TIMER,
+    EmptyMailbox,
+    Mailbox,
+    TaskWaiting,
+    Wait,
+    signal_value,
+    wait,
+)
 from ares.events.model import NewEvent
 from ares.llm.base import LlmProvider, LlmResult, prompt_hash
 
@@ -84,7 +100,8 @@ class Context:
     """Created by ``run_task`` for one run of one task; not reusable after the run."""
 
     def __init__(self, *, agent_id: str, task: Task, journal: TaskJournal, sink: AgentSink,
-                 services: AgentServices, incarnation: int, module: str) -> None:
+                 services: AgentServices, incarnation: int, module: str,
+                 mailbox: Mailbox | None = None) -> None:
         self.agent_id = agent_id
         self.task = task
         self.task_id = task.task_id
@@ -100,6 +117,9 @@ class Context:
         self._logs: list[NewEvent] = []
         self._resume_pending = not journal.is_empty
         self._paused: tuple[InDoubtCall, ...] = ()
+        self._mailbox: Mailbox = mailbox if mailbox is not None else EmptyMailbox()
+        self._taken_signals: set[str] = set()
+        self._waits: tuple[Wait, ...] = ()
         self._derailed: NonDeterminismError | None = None
         self._closed = False
         self._rng = random.Random()
@@ -179,7 +199,8 @@ class Context:
     async def tool(self, name: str, fn: Callable[..., Any], *args: Any,
                    effect: Effect | str = Effect.AT_MOST_ONCE,
                    reconcile: Reconciler | None = None, retry: RetryPolicy | None = None,
-                   pass_key: bool | None = None, **kwargs: Any) -> Any:
+                   pass_key: bool | None = None, approval: bool = False,
+                   **kwargs: Any) -> Any:
         """Call a tool with the guarantees of its ``effect`` (see ``Effect``).
 
         ``reconcile(idempotency_key) -> Reconciled`` (at_most_once only; else the service's
@@ -190,8 +211,16 @@ class Context:
         key the call carried). ``retry`` applies to idempotent and keyed tools only: an
         at_most_once call is never repeated automatically. A recorded failure raises
         ``ToolCallFailed`` (again, without executing, on replay).
+
+        ``approval=True``: before anything of the call is recorded, the request (tool and
+        arguments) is, an ``approval.requested`` alert goes out, and the task waits for the
+        ``approved`` or ``rejected`` signal; rejected raises ``Rejected`` and the tool never
+        runs. The call's own effect rules apply after the approval.
         """
         from ares.agents.tool_call import ToolCall
+
+        if approval:
+            await self._approve(name, args, kwargs)
 
         effect = Effect(effect)
         if reconcile is not None and effect is not Effect.AT_MOST_ONCE:
@@ -207,6 +236,46 @@ class Context:
         call = ToolCall(self, name, fn, args, kwargs, effect, hook, retry or NO_RETRY,
                         pass_key, position, occurrence)
         return await (call.first() if recorded is None else call.replay(recorded))
+
+    # A durable timeout, recorded and kept across crashes: not asyncio.timeout's job.
+    async def wait_for(self, name: str,
+                       timeout: timedelta | float | None = None) -> Any:  # noqa: ASYNC109
+        """Wait for the signal ``name`` and return its payload; ``WaitTimeout`` after
+        ``timeout`` (a ``timedelta`` or seconds; ``None``: for ever).
+
+        A signal that arrived before the wait is kept and consumed by the first wait for its
+        name. While the signal has not come the task's run ends and holds no worker: the
+        runtime runs the task again when it arrives or the timeout passes, and the re-run
+        replays up to here (see ``ares.agents.waits``). Both branches are recorded.
+        """
+        seconds = _seconds(timeout, "timeout")
+        completed = await wait(self, SIGNAL, name, (name,),
+                               lambda now: None if seconds is None else now + seconds)
+        if completed.get("outcome") == "signal":
+            return signal_value(completed)
+        raise WaitTimeout(self.task_id, (name,), seconds)
+
+    async def sleep(self, duration: timedelta | float, name: str = "sleep") -> None:
+        """Sleep durably for ``duration`` (a ``timedelta`` or seconds): the wake-up time is
+        recorded once, so a crash or a move to another worker does not restart the clock.
+        Holds no worker while it sleeps."""
+        seconds = _seconds(duration, "duration") or 0.0
+        await wait(self, TIMER, name, (), lambda now: now + seconds)
+
+    async def sleep_until(self, when: datetime, name: str = "sleep") -> None:
+        """Sleep durably until ``when`` (an aware ``datetime``)."""
+        if when.tzinfo is None:
+            raise ValueError("ctx.sleep_until needs an aware datetime (tzinfo set)")
+        deadline = when.timestamp()
+        await wait(self, TIMER, name, (), lambda now: deadline)
+
+    async def _approve(self, tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        details = {"tool": tool, "args_json": r.to_json_value(r.lenient_json(
+            {"args": list(args), "kwargs": kwargs}))[1]}
+        completed = await wait(self, APPROVAL, f"approve:{tool}", (APPROVED, REJECTED),
+                               lambda now: None, details)
+        if completed.get("signal_name") == REJECTED:
+            raise Rejected(self.task_id, tool, signal_value(completed))
 
     def heartbeat(self, progress: str | None = None) -> None:
         """Cheap, non-durable liveness for long steps (the runtime's heartbeat topic)."""
@@ -252,6 +321,8 @@ class Context:
                 "background task outlived the handler? use asyncio.TaskGroup)")
         if self._paused:
             raise TaskPaused(self._paused)
+        if self._waits:
+            raise TaskWaiting(self._waits)
         if self._derailed is not None:
             raise self._derailed
 
@@ -370,6 +441,15 @@ class Context:
         self.stats.reused_prompt_tokens += r.int_field(recorded.llm, "prompt_tokens")
         self.stats.reused_completion_tokens += r.int_field(recorded.llm, "completion_tokens")
         return recorded.result
+
+
+def _seconds(value: timedelta | float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0:
+        raise ValueError(f"a wait's {what} must not be negative (got {seconds:g}s)")
+    return seconds
 
 
 def _step_failed(payload: Any) -> StepFailed:

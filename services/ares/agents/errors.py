@@ -5,7 +5,10 @@ Three outcomes, decided by the exception that leaves ``Agent.handle``:
 * ``TaskFailed`` and its subclasses (``StepFailed``, ``ToolCallFailed``, ``ToolSkipped``,
   ``StepResultError``) end the task as ``task.failed``. They are deterministic: a re-run
   would raise them again from the journal, so resurrecting the agent could not help.
-* ``TaskPaused`` (internal) ends the run with the task paused on an in-doubt tool call.
+* ``TaskPaused`` (internal) ends the run with the task paused on an in-doubt tool call;
+  ``TaskWaiting`` (internal, ``ares.agents.waits``) ends it waiting for a signal or a timer.
+  ``WaitTimeout`` and ``Rejected`` (an approval refused) are ``TaskFailed``s: catch them
+  to go on.
 * Anything else is a crash: it propagates out of ``run_task`` and the runtime declares the
   agent dead and resurrects it; the re-run resumes from the journal. ``NonDeterminismError``
   is deliberately a crash: the fix is a code deployment, not a failed task.
@@ -142,3 +145,27 @@ class TaskPaused(BaseException):  # control flow, like CancelledError
     def __init__(self, calls: tuple[Any, ...]) -> None:
         super().__init__(f"paused on {len(calls)} in-doubt tool call(s)")
         self.calls = calls
+
+
+class WaitTimeout(TaskFailed):
+    """``ctx.wait_for`` reached its timeout without the signal (recorded: a re-run raises it
+    again from the journal, without waiting)."""
+
+    def __init__(self, task_id: str, names: tuple[str, ...], timeout_s: float | None) -> None:
+        waited = f" after {timeout_s:g}s" if timeout_s is not None else ""
+        super().__init__(f"task {task_id!r}: no signal {' or '.join(map(repr, names))} "
+                         f"arrived{waited}")
+        self.task_id = task_id
+        self.names = names
+        self.timeout_s = timeout_s
+
+
+class Rejected(TaskFailed):
+    """The approval of a tool call was refused (the ``rejected`` signal): the tool did not
+    run. ``payload`` is what the signal carried (a reason, who refused)."""
+
+    def __init__(self, task_id: str, tool: str, payload: Any) -> None:
+        super().__init__(f"task {task_id!r}: the call of {tool!r} was rejected: {payload!r}")
+        self.task_id = task_id
+        self.tool = tool
+        self.payload = payload

@@ -19,6 +19,12 @@ The runtime
     ``ares agents resolve``) before running the task again with a fresh journal. Running a
     paused task again without a resolution is harmless: reconcile hooks are asked again, and
     no second ``tool.in_doubt`` is appended;
+  * on ``WAITING`` keeps only ``TaskOutcome.waiting`` (signal names, deadline) and runs the
+    task again, with a fresh journal, once a ``signal.received`` of one of those names is
+    committed or the deadline passes; it gives ``run_task`` the agent's pending signals
+    (``mailbox``: ``signal.received`` not consumed by a ``wait.completed``). A wait for
+    approval (``kind`` approval) also raises an ``approval.requested`` alert with the
+    call's tool and arguments;
   * treats any exception out of ``run_task`` as the agent's death (crash), appends
     ``agent.dead`` and resurrects it; the re-run resumes from the journal;
   * runs one task at a time per agent, in assignment order (agent state folded by
@@ -28,14 +34,16 @@ The runtime
 ``run_task``
   * builds the ``Context``, runs ``agent.handle(task, ctx)``, and appends the task's outcome
     (``task.completed`` with ``output_json``, or ``task.failed``) through the sink;
-  * returns a ``TaskOutcome``: COMPLETED, FAILED or PAUSED_IN_DOUBT, with per-run counters;
+  * returns a ``TaskOutcome``: COMPLETED, FAILED, PAUSED_IN_DOUBT or WAITING, with per-run
+    counters;
   * on a task whose journal already holds its outcome, returns that outcome without
     running anything.
 
 Events appended (``module`` = the ``module`` argument, e.g. ``agent.example.pipeline``):
 typed ``step.completed``, ``llm.call``, ``tool.call.intent``, ``tool.call.completed``,
 ``tool.call.failed``, ``tool.in_doubt``, ``task.completed``, ``task.failed``; JSON
-``step.failed``, ``task.resumed``, ``tool.call.resolved`` (by reconcile), ``agent.log``.
+``step.failed``, ``task.resumed``, ``tool.call.resolved`` (by reconcile), ``agent.log``,
+``wait.started``, ``wait.completed``.
 See ``ares.agents.records`` and docs/sdk.md for the payloads.
 """
 
@@ -57,6 +65,15 @@ from ares.agents.journal import TaskJournal, open_tasks, task_journals
 from ares.agents.records import resolution_event
 from ares.agents.retry import Clock, SystemClock
 from ares.agents.tools import InDoubtCall, ReconcileRegistry
+from ares.agents.waits import (
+    APPROVAL,
+    FoldedMailbox,
+    Mailbox,
+    Signal,
+    TaskWaiting,
+    Wait,
+    signal_event,
+)
 from ares.events.model import NewEvent
 from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
@@ -105,6 +122,7 @@ class OutcomeStatus(Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     PAUSED_IN_DOUBT = "paused_in_doubt"
+    WAITING = "waiting"  # for a signal or a timer (``TaskOutcome.waiting``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +134,7 @@ class TaskOutcome:
     error: str | None = None  # FAILED
     retriable: bool = False  # FAILED: whether assigning the task again may succeed
     in_doubt: tuple[InDoubtCall, ...] = ()  # PAUSED_IN_DOUBT: what the alert must name
+    waiting: tuple[Wait, ...] = ()  # WAITING: what wakes the task (a signal, a deadline)
     stats: RunStats = field(default_factory=RunStats)
     from_journal: bool = False  # the outcome was already recorded: nothing ran
 
@@ -124,23 +143,29 @@ class TaskOutcome:
                 "error_type": self.error_type, "error": self.error,
                 "retriable": self.retriable,
                 "in_doubt": [c.to_json() for c in self.in_doubt],
+                "waiting": [w.to_json() for w in self.waiting],
                 "stats": self.stats.to_json(), "from_journal": self.from_journal}
 
 
 async def run_task(agent: Agent, task: Task, journal: TaskJournal, sink: AgentSink,
                    services: AgentServices, incarnation: int,
-                   module: str = "agent") -> TaskOutcome:
-    """Run (or resume) one task of ``agent``; see the module docstring for the contract."""
+                   module: str = "agent", mailbox: Mailbox | None = None) -> TaskOutcome:
+    """Run (or resume) one task of ``agent``; see the module docstring for the contract.
+    ``mailbox``: the agent's pending signals, for its waits."""
     if journal.outcome is not None:
         return recorded_outcome(task.task_id, journal)
     ctx = Context(agent_id=agent.agent_id, task=task, journal=journal, sink=sink,
-                  services=services, incarnation=incarnation, module=module)
+                  services=services, incarnation=incarnation, module=module, mailbox=mailbox)
     try:
         output = await agent.handle(task, ctx)
     except TaskPaused as paused:
         ctx._close()
         return TaskOutcome(OutcomeStatus.PAUSED_IN_DOUBT, task.task_id,
                            in_doubt=paused.calls, stats=ctx.stats)
+    except TaskWaiting:
+        if (derailed := _derailed(ctx)) is not None:
+            return derailed
+        raise  # unreachable: a TaskWaiting always leaves its wait in the context
     except TaskFailed as failure:
         if (derailed := _derailed(ctx)) is not None:
             return derailed
@@ -174,6 +199,9 @@ def _derailed(ctx: Context) -> TaskOutcome | None:
         raise ctx._derailed
     if ctx._paused:
         return TaskOutcome(OutcomeStatus.PAUSED_IN_DOUBT, ctx.task_id, in_doubt=ctx._paused,
+                           stats=ctx.stats)
+    if ctx._waits:
+        return TaskOutcome(OutcomeStatus.WAITING, ctx.task_id, waiting=ctx._waits,
                            stats=ctx.stats)
     return None
 
@@ -222,15 +250,21 @@ def recorded_outcome(task_id: str, journal: TaskJournal) -> TaskOutcome:
 
 
 __all__ = [
+    "APPROVAL",
     "AgentServices",
     "AgentSink",
+    "FoldedMailbox",
+    "Mailbox",
     "OutcomeStatus",
+    "Signal",
     "Task",
     "TaskJournal",
     "TaskOutcome",
+    "Wait",
     "open_tasks",
     "recorded_outcome",
     "resolution_event",
     "run_task",
+    "signal_event",
     "task_journals",
 ]

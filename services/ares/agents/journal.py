@@ -64,6 +64,7 @@ class RecordedCall:
     llm: Mapping[str, Any] | None = None  # the llm.call payload
     failure: Mapping[str, Any] | None = None  # the step.failed payload
     attempts: list[ToolAttempt] = field(default_factory=list)
+    wait: Mapping[str, Any] | None = None  # the wait.started payload (result: wait.completed)
 
     def describe(self) -> str:
         return describe(self.kind, self.name, self.occurrence)
@@ -172,7 +173,8 @@ class _Builder:
             self.settle(event)
             return
         if t not in (ev.TASK_ASSIGNED, ev.TASK_COMPLETED, ev.TASK_FAILED, r.STEP_COMPLETED,
-                     r.LLM_CALL, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED):
+                     r.LLM_CALL, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED,
+                     ev.WAIT_STARTED, ev.WAIT_COMPLETED):
             return
         journal = self.journal(p.get("task_id"))
         if journal is None:
@@ -192,6 +194,11 @@ class _Builder:
         elif t == r.STEP_FAILED:
             call = self.call(journal, event, str(p.get("kind", r.STEP)), str(p["step_name"]))
             call.failure = p
+        elif t == ev.WAIT_STARTED:
+            self.call(journal, event, r.WAIT, str(p.get("name"))).wait = p
+        elif t == ev.WAIT_COMPLETED:
+            call = self.call(journal, event, r.WAIT, str(p.get("name")))
+            call.completed, call.result = True, p
         else:  # tool.call.intent
             call = self.call(journal, event, r.TOOL, str(p["tool"]))
             attempt = ToolAttempt(str(p["call_id"]), str(p["effect"]),

@@ -18,11 +18,13 @@ from ares.agents.agent import Agent, Task
 from ares.agents.host_api import AgentServices, TaskOutcome, run_task
 from ares.agents.journal import TaskJournal, open_tasks
 from ares.agents.registry import AgentFactory
+from ares.agents.waits import FoldedMailbox, signal_event
 from ares.events.memory import MemoryEventStore
 from ares.events.model import Event, NewEvent
 from ares.events.ports import EventStore
 from ares.events.wire.canonical import canonical_json
 from ares.lifecycle import events as ev
+from ares.lifecycle.state import AgentLifecycle, fold
 
 MODULE = "local-runtime"
 
@@ -66,11 +68,13 @@ class LocalRuntime:
         self.kind = self.agent.kind or type(self.agent).__name__
         self.module = module or f"agent.{self.kind}"
         self.sink = StoreSink(self.store, agent_id, self._apply)
+        self.lifecycle = AgentLifecycle(agent_id)  # folded from every event, as the host does
         self._snapshot: tuple[int, dict[str, Any]] | None = None
         self._started = False
 
     def _apply(self, events: list[Event]) -> None:
         for event in events:
+            self.lifecycle = fold(self.lifecycle, event)
             self.agent.apply(event)
 
     async def events(self) -> list[Event]:
@@ -95,7 +99,8 @@ class LocalRuntime:
     async def run(self, task: Task) -> TaskOutcome:
         journal = TaskJournal.from_events(task.task_id, await self.events())
         return await run_task(self.agent, task, journal, self.sink, self.services,
-                              self.incarnation, self.module)
+                              self.incarnation, self.module,
+                              mailbox=FoldedMailbox(lambda: self.lifecycle))
 
     async def run_open_tasks(self) -> list[TaskOutcome]:
         """Run (resume) every assigned task without an outcome, in assignment order."""
@@ -125,6 +130,18 @@ class LocalRuntime:
             "snapshot_version": after if from_snapshot and self._snapshot else None,
             "replayed_events": len(replayed)})])
         return agent
+
+    async def signal(self, name: str, payload: Any = None,
+                     signal_id: str | None = None) -> bool:
+        """Deliver a signal as the owner does for ``agent.signal`` (``signal.received``, once
+        per ``signal_id``); whether it was new. Run the waiting task again afterwards
+        (``run_open_tasks``): this runtime does not supervise."""
+        signal_id = signal_id or uuid.uuid4().hex
+        if self.lifecycle.knows_signal(signal_id):
+            return False
+        await self.sink.append([signal_event(signal_id, name, canonical_json(payload),
+                                             MODULE)])
+        return True
 
     async def resolve(self, call_id: str, as_: str, result: Any = None,
                       note: str | None = None) -> None:

@@ -41,6 +41,7 @@ POSITION_KEY = "ares.position"
 STEP = "step"
 LLM = "llm"
 TOOL = "tool"
+WAIT = "wait"  # wait.started / wait.completed (ares.agents.waits)
 
 RESOLUTIONS = ("done", "retry", "skip")
 

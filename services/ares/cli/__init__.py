@@ -28,6 +28,7 @@ from ares.cli.events_write import append
 from ares.cli.projections import projections
 from ares.cli.replay import replay
 from ares.cli.run import run
+from ares.cli.schedules import schedules
 from ares.cli.schemas import schemas
 from ares.cli.topics import topics
 from ares.logs import show_notices
@@ -77,6 +78,7 @@ def cli(ctx: click.Context, bootstrap_servers: str | None, postgres_dsn: str | N
 
 
 cli.add_command(agents)
+cli.add_command(schedules)
 cli.add_command(alerts)
 cli.add_command(dev)
 cli.add_command(events)

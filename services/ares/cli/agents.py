@@ -14,11 +14,9 @@ unreachable, topics missing or no owner answered (start one: ares run runtime-ma
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -30,22 +28,23 @@ from rich.table import Table
 
 from ares.agents.records import RESOLUTIONS, resolution_event
 from ares.cli.common import err_console, run_async, settings_of
+from ares.cli.send import ISSUER, send_command
 from ares.client import Client
-from ares.commands.model import Reply
+from ares.commands.model import MAX_SIGNAL_PAYLOAD_BYTES, Reply
 from ares.config import Settings
 from ares.errors import ConflictError, UnavailableError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
+from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.genealogy import Incarnation, genealogy, genealogy_json
-from ares.lifecycle.state import AGENT_STARTED
+from ares.lifecycle.state import AGENT_STARTED, WaitingFor
 from ares.logs import quiet_aiokafka
 from ares.topics import EVENTS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
 
 T = TypeVar("T")
 
-ISSUER = "cli"
 MODULE = "cli"  # the module of the events the CLI proposes (resolutions)
 _RESOLVE_ATTEMPTS = 3  # re-read and re-check when the stream moved under a resolution
 _TOPIC_WAIT_S = 5.0  # PartitionScanner.partitions waits this long for a new topic
@@ -91,7 +90,7 @@ def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
     one is brought back with `ares agents resume`.
     """
     config = _json_value(config_json, "--config", object_only=True)
-    reply = _send(ctx, lambda c: c.start_agent(agent_id, kind, config), timeout)
+    reply = send_command(ctx, lambda c: c.start_agent(agent_id, kind, config), timeout)
     _done(agent_id, reply, f"started (kind {kind})")
 
 
@@ -103,7 +102,7 @@ def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
 @click.pass_context
 def stop(ctx: click.Context, agent_id: str, reason: str, timeout: float | None) -> None:
     """Stop agent ID voluntarily: it is never resurrected until `ares agents resume`."""
-    reply = _send(ctx, lambda c: c.command("agent.stop", agent_id, reason=reason),
+    reply = send_command(ctx, lambda c: c.command("agent.stop", agent_id, reason=reason),
                   timeout)
     _done(agent_id, reply, "stopped")
 
@@ -118,7 +117,7 @@ def kill(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
     The runtime records agent.dead (cause: killed) and resurrects it through the
     resurrection guard; the new incarnation resumes from its journal.
     """
-    reply = _send(ctx, lambda c: c.command("agent.kill", agent_id, reason="cli"),
+    reply = send_command(ctx, lambda c: c.command("agent.kill", agent_id, reason="cli"),
                   timeout)
     _done(agent_id, reply, "killed; the runtime records the death and resurrects it")
 
@@ -130,7 +129,7 @@ def kill(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
 def resume(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
     """Resume a stopped or quarantined agent ID (a new incarnation, a fresh restart
     budget)."""
-    reply = _send(ctx, lambda c: c.command("agent.resume", agent_id,
+    reply = send_command(ctx, lambda c: c.command("agent.resume", agent_id,
                                            reason="operator"), timeout)
     _done(agent_id, reply, "resumed")
 
@@ -152,7 +151,7 @@ def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None
     value = _json_value(input_json, "--input")
     task_id = task_id or str(uuid.uuid4())
     try:
-        reply = _send(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
+        reply = send_command(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
     except UnavailableError as exc:
         # The command stays in ares.commands: an owner that comes up later still applies it.
         raise UnavailableError(f"{exc}. The task may still be assigned later: retry with "
@@ -161,6 +160,45 @@ def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None
     click.echo(task_id)
     _note(f"{agent_id}: task {task_id} "
           + (reply.message if reply.message else "assigned")
+          + f" (version {reply.stream_version})")
+
+
+@agents.command()
+@click.argument("agent_id", metavar="ID")
+@click.argument("name")
+@click.option("--payload", "payload_json", default="null", show_default=True, metavar="JSON",
+              help="the signal's value, any JSON value (at most 64 KiB)")
+@click.option("--signal-id", metavar="SIGNAL_ID",
+              help="the signal's id: sending the same id again is applied once  "
+                   "[default: a new uuid]")
+@_timeout
+@click.pass_context
+def signal(ctx: click.Context, agent_id: str, name: str, payload_json: str,
+           signal_id: str | None, timeout: float | None) -> None:
+    """Send the signal NAME to agent ID (e.g. `approved` for a tool that waits for its
+    approval); prints the signal id (stdout), for scripts.
+
+    \b
+    A task waiting for NAME (ctx.wait_for) goes on; a signal nobody waits for yet is kept
+    for the first wait of that name. Retry with the same --signal-id after an exit 4: it is
+    applied once.
+    """
+    value = _json_value(payload_json, "--payload")
+    text = canonical_json(value)
+    if len(text.encode()) > MAX_SIGNAL_PAYLOAD_BYTES:
+        raise click.BadParameter(f"{len(text.encode())} bytes, over the "
+                                 f"{MAX_SIGNAL_PAYLOAD_BYTES} a signal may carry",
+                                 param_hint="--payload")
+    signal_id = signal_id or str(uuid.uuid4())
+    try:
+        reply = send_command(ctx, lambda c: c.command("agent.signal", agent_id, name=name,
+                                               signal_id=signal_id, payload_json=text),
+                      timeout)
+    except UnavailableError as exc:
+        raise UnavailableError(f"{exc}. The signal may still arrive later: retry with "
+                               f"--signal-id {signal_id} (applied once)") from None
+    click.echo(signal_id)
+    _note(f"{agent_id}: signal {name!r} " + (reply.message or "delivered")
           + f" (version {reply.stream_version})")
 
 
@@ -228,23 +266,9 @@ async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, re
 def snapshot(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
     """Snapshot agent ID now (state, version, hash-chain head and log offset) to the
     compacted snapshots topic."""
-    reply = _send(ctx, lambda c: c.command("snapshot.request", agent_id,
+    reply = send_command(ctx, lambda c: c.command("snapshot.request", agent_id,
                                            reason="cli"), timeout)
     _done(agent_id, reply, "snapshot taken")
-
-
-def _send(ctx: click.Context, call: Callable[[Client], Awaitable[Reply]],
-          timeout: float | None) -> Reply:
-    settings = settings_of(ctx)
-    if timeout is not None:  # the wait for the reply (and for connecting)
-        settings = dataclasses.replace(settings, request_timeout_s=timeout)
-
-    async def go() -> Reply:
-        async with Client(settings, issuer=ISSUER) as client:
-            return await call(client)
-
-    with quiet_aiokafka():
-        return run_async(go())
 
 
 def _done(agent_id: str, reply: Reply, what: str) -> None:
@@ -272,8 +296,10 @@ def _json_value(raw: str, flag: str, *, object_only: bool = False) -> Any:
 @click.argument("agent_id", metavar="[ID]", required=False)
 @click.option("--json", "as_json", is_flag=True,
               help="one JSON object (with ID) or one per agent per line (JSON Lines)")
+@click.option("--waiting", is_flag=True,
+              help="only the agents whose task waits for a signal or a timer")
 @click.pass_context
-def status(ctx: click.Context, agent_id: str | None, as_json: bool) -> None:
+def status(ctx: click.Context, agent_id: str | None, as_json: bool, waiting: bool) -> None:
     """Status of agent ID, or of every agent (a table).
 
     \b
@@ -285,12 +311,17 @@ def status(ctx: click.Context, agent_id: str | None, as_json: bool) -> None:
     worker, version, last_event_time, last_event_type, started_at, config,
     snapshot_version, last_death, quarantine_reason, current_task {task_id, state},
     tasks {assigned, completed, failed, pending}, tokens {spent, saved, spent_twice, ...},
-    in_doubt [{call_id, task_id, tool, idempotency_key, reason, since}].
+    in_doubt [{call_id, task_id, tool, idempotency_key, reason, since}],
+    waiting_for {task_id, kind (signal, timer, approval), names, deadline, since} or null.
     An unknown ID exits 1; no agents at all prints nothing on stdout (exit 0).
     """
     settings = settings_of(ctx)
     with quiet_aiokafka():
         views = run_async(_views(settings, agent_id))
+    if waiting:
+        views = [v for v in views if v.waiting_for is not None]
+        if agent_id is not None and not views:
+            raise click.ClickException(f"agent {agent_id!r} waits for nothing")
     if agent_id is not None:
         [view] = views
         click.echo(_json_line(view.to_json()) if as_json else "\n".join(_view_lines(view)))
@@ -408,6 +439,8 @@ def _view_lines(view: AgentView) -> list[str]:
     lines.append(f"tokens    spent {tokens.spent_tokens:,} ({tokens.calls} calls) · saved "
                  f"{tokens.reused_tokens:,} ({tokens.reused_calls} calls re-used) · spent "
                  f"twice {tokens.spent_twice}")
+    if view.waiting_for is not None:
+        lines.append(f"waits for {_waits(view.waiting_for)}")
     for call in view.in_doubt:
         lines.append(f"in doubt  {call.call_id} (tool {call.tool}, task {call.task_id}): "
                      f"{call.reason}")
@@ -419,15 +452,33 @@ def _view_lines(view: AgentView) -> list[str]:
 
 def _views_table(views: list[AgentView]) -> Table:
     table = _table("AGENT", "KIND", "STATUS", "INC", "RESTARTS", "WORKER", "VERSION", "TASK",
-                   "TOKENS", "TWICE", "IN DOUBT", "LAST EVENT")
+                   "TOKENS", "TWICE", "IN DOUBT", "WAITS FOR", "LAST EVENT")
     now = datetime.now(UTC)
     for v in views:
         task_text = "-" if v.current_task is None else f"{_short(v.current_task)} ({v.task_state})"
         table.add_row(v.agent_id, v.kind, v.status, str(v.incarnation), str(v.restarts),
                       v.worker or "-", str(v.version), task_text, f"{v.tokens.spent_tokens:,}",
                       str(v.tokens.spent_twice), str(len(v.in_doubt)) if v.in_doubt else "-",
+                      "-" if v.waiting_for is None else _waits(v.waiting_for, brief=True),
                       _ago(v.last_event_time, now))
     return table
+
+
+def _waits(w: WaitingFor, *, brief: bool = False) -> str:
+    """What a task waits for, in words: "signal 'approved' or 'rejected' (approval) since
+    10:02:03 (5m ago), until 11:02:03"."""
+    now = datetime.now(UTC)
+    since = datetime.fromtimestamp(w.since, UTC)
+    what = (" or ".join(repr(n) for n in w.names) if w.names else "a timer")
+    text = f"{'signal ' if w.names else ''}{what}"
+    if w.kind == "approval":
+        text += " (approval)"
+    text += f" since {_when(since)} ({_ago(since, now)})"
+    if w.deadline is not None:
+        text += f", until {_when(datetime.fromtimestamp(w.deadline, UTC))}"
+    if brief:
+        return text
+    return f"{text} · task {w.task_id}"
 
 
 def _genealogy_table(agent_id: str, incarnations: list[Incarnation]) -> Table:

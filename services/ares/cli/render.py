@@ -28,6 +28,7 @@ from ares.events.wire.schemas import (
     EVENT,
     HEARTBEAT,
     REPLY,
+    SCHEDULE,
     SNAPSHOT,
     CodecError,
 )
@@ -174,6 +175,15 @@ def _alert_summary(r: Mapping[str, Any]) -> str:
             f"source={r.get('source')}: {r.get('message')}")
 
 
+def _schedule_summary(r: Mapping[str, Any]) -> str:
+    last = r.get("last_tick")
+    return (f"schedule {r.get('name')} agent={r.get('agent_id')} cron={r.get('cron')!r} "
+            f"tz={r.get('timezone')} catchup={r.get('catchup')}"
+            + (" paused" if r.get("paused") else "")
+            + f" ticks={r.get('ticks')} last_tick={format_time(last) if last else '-'}"
+            + f" fired_by={r.get('fired_by') or '-'}")
+
+
 _SUMMARIES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     EVENT: _event_summary,
     COMMAND: _command_summary,
@@ -181,6 +191,7 @@ _SUMMARIES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     SNAPSHOT: _snapshot_summary,
     HEARTBEAT: _heartbeat_summary,
     ALERT: _alert_summary,
+    SCHEDULE: _schedule_summary,
 }
 
 

@@ -16,6 +16,10 @@ from ares.events.wire.schemas import COMMAND, COMMAND_PAYLOADS, REPLY, CodecErro
 
 # Command metadata: epoch milliseconds after which the sender no longer waits for it.
 DEADLINE = "ares.deadline_ms"
+# agent.signal: a signal's payload is a value for a decision (an approval, a webhook's
+# gist), not a document: kept small, as it stays in the agent's state until consumed.
+MAX_SIGNAL_PAYLOAD_BYTES = 64 * 1024
+MAX_SIGNAL_NAME = 200
 
 
 class InvalidCommandError(CodecError):

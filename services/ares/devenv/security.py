@@ -60,7 +60,8 @@ def runtime_acls(principal: str, prefix: str) -> list[Acl]:
     topic = f"{prefix}ares."
     acls = [Acl(principal, "TOPIC", f"{topic}{name}", op)
             for name, ops in (("commands", ("READ", "WRITE")), ("events", ("READ", "WRITE")),
-                              ("snapshots", ("READ", "WRITE")), ("replies", ("WRITE",)),
+                              ("snapshots", ("READ", "WRITE")), ("schedules", ("READ", "WRITE")),
+                              ("replies", ("WRITE",)),
                               ("dlq", ("WRITE",)), ("heartbeats", ("WRITE",)),
                               ("alerts", ("WRITE",)))
             for op in ops]

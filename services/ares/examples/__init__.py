@@ -6,7 +6,8 @@ from __future__ import annotations
 from ares.agents.registry import AgentRegistry
 from ares.examples.chat import ChatAgent
 from ares.examples.pipeline import PipelineAgent
+from ares.examples.refund import RefundAgent
 
-REGISTRY = AgentRegistry([PipelineAgent, ChatAgent], source="built-in examples")
+REGISTRY = AgentRegistry([PipelineAgent, ChatAgent, RefundAgent], source="built-in examples")
 
-__all__ = ["REGISTRY", "ChatAgent", "PipelineAgent"]
+__all__ = ["REGISTRY", "ChatAgent", "PipelineAgent", "RefundAgent"]

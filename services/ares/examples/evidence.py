@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ares.agents.tools import Reconciled
+
 LEDGER_DIR_ENV = "ARES_EXAMPLE_LEDGER_DIR"
 LLM_CALLS = "llm_calls.jsonl"
 SIDE_EFFECTS = "side_effects.jsonl"
@@ -54,3 +56,16 @@ def read_lines(path: Path) -> Iterator[dict[str, Any]]:
             continue
         if isinstance(value, dict):
             yield value
+
+
+def email_sent(idempotency_key: str) -> Reconciled:
+    """The reconcile hook of the examples' ``send_email``: was the e-mail with this key
+    sent? The side-effects ledger is the mail server's log."""
+    directory = ledger_dir()
+    if directory is None:
+        return Reconciled.unknown("no ARES_EXAMPLE_LEDGER_DIR: no record of sent e-mails")
+    for line in read_lines(directory / SIDE_EFFECTS):
+        if line.get("key") == idempotency_key:
+            return Reconciled.DONE({"sent": True, "to": line.get("to"),
+                                    "message_id": idempotency_key[:16]})
+    return Reconciled.NOT_DONE

@@ -138,11 +138,4 @@ class PipelineAgent(Agent):
 
     def reconcile_email(self, idempotency_key: str) -> Reconciled:
         """Was the e-mail with this key sent? The ledger file is the mail server's log."""
-        directory = evidence.ledger_dir()
-        if directory is None:
-            return Reconciled.unknown("no ARES_EXAMPLE_LEDGER_DIR: no record of sent e-mails")
-        for line in evidence.read_lines(directory / evidence.SIDE_EFFECTS):
-            if line.get("key") == idempotency_key:
-                return Reconciled.DONE({"sent": True, "to": line.get("to"),
-                                        "message_id": idempotency_key[:16]})
-        return Reconciled.NOT_DONE
+        return evidence.email_sent(idempotency_key)

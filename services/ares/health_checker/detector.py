@@ -18,7 +18,8 @@ The rules, and why they produce no false verdict:
   there is no per-agent verdict: the worker is reported (``worker_lost``) and the
   partition's next owner resumes the agents; a verdict sent to a dead owner would be read
   by that next owner and kill the incarnation it just resumed.
-* **Stall** (``stalled``): an agent with an open task (not paused on an in-doubt tool call)
+* **Stall** (``stalled``): an agent with an open task (not paused on an in-doubt tool call,
+  nor in a durable wait for a signal or a timer: ``wait.started`` until ``wait.completed``)
   whose stream version and heartbeat progress note have not moved for its step timeout,
   while it is still listed in fresh heartbeats.
 * **Grace**: no silence verdict within the grace period after ``agent.started``,
@@ -198,6 +199,10 @@ class HealthState:
                 view.pending.add(t.task_id)
             case tr.TaskCompleted() | tr.TaskFailed():
                 view.pending.discard(str(t.task_id))
+            case tr.WaitStarted():
+                view.waiting = True  # a durable wait: no progress is expected until it ends
+            case tr.WaitCompleted():
+                view.waiting = False
             case _:
                 pass  # resurrecting (the phase says it all), snapshots
 

@@ -94,6 +94,7 @@ class AgentView:
     version: int = 0
     pending: set[str] = field(default_factory=set)  # open tasks
     paused: bool = False  # waiting for an operator (tool call in doubt)
+    waiting: bool = False  # in a durable wait (a signal, a timer): progress is not expected
     first_known: float | None = None
     last_progress: float | None = None
     last_start: float | None = None  # agent.started / agent.resurrected
@@ -118,7 +119,7 @@ class AgentView:
 
     @property
     def busy(self) -> bool:
-        return bool(self.pending) and not self.paused
+        return bool(self.pending) and not self.paused and not self.waiting
 
     @property
     def expects_beats(self) -> bool:

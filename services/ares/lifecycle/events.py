@@ -17,7 +17,14 @@ TASK_ASSIGNED = "task.assigned"
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
 SNAPSHOT_TAKEN = "snapshot.taken"
+# Durable waits (JSON payloads; docs/sdk.md "Waiting"): the owner appends signal.received
+# for an agent.signal command; the SDK appends wait.started when a handler begins to wait
+# and wait.completed when the wait ends (a signal consumed, a timeout, a timer elapsed).
+SIGNAL_RECEIVED = "signal.received"
+WAIT_STARTED = "wait.started"
+WAIT_COMPLETED = "wait.completed"
 
 LIFECYCLE_TYPES = frozenset({AGENT_STARTED, AGENT_STOPPED, AGENT_DEAD, AGENT_RESURRECTING,
                              AGENT_RESURRECTED, AGENT_QUARANTINED, AGENT_RESUMED})
 TASK_TYPES = frozenset({TASK_ASSIGNED, TASK_COMPLETED, TASK_FAILED})
+WAIT_TYPES = frozenset({SIGNAL_RECEIVED, WAIT_STARTED, WAIT_COMPLETED})

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from ares.events.model import Event
@@ -71,6 +71,48 @@ class PendingTask:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingSignal:
+    """A signal received and not yet consumed by a wait (``signal.received``)."""
+
+    signal_id: str
+    name: str
+    payload_json: str = "null"
+    received_at: float = 0.0  # epoch seconds of its event
+
+    @property
+    def payload(self) -> Any:
+        return json.loads(self.payload_json)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingFor:
+    """What the agent's current task waits for (``wait.started`` until ``wait.completed``
+    or the task's end): one of ``names`` (signals) or, for a timer, ``deadline``."""
+
+    task_id: str
+    kind: str  # signal | timer | approval
+    names: tuple[str, ...] = ()
+    deadline: float | None = None  # epoch seconds; None: no timeout
+    since: float = 0.0  # epoch seconds of the wait.started event
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "kind": self.kind, "names": list(self.names),
+                "deadline": self.deadline, "since": self.since}
+
+    def to_document(self) -> dict[str, Any]:
+        """As the CLI's --json and the HTTP API show it: times in ISO 8601, UTC."""
+        return {"task_id": self.task_id, "kind": self.kind, "names": list(self.names),
+                "deadline": None if self.deadline is None else _iso(self.deadline),
+                "since": _iso(self.since)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WaitingFor:
+        return cls(_req(data, "task_id", str), _req(data, "kind", str),
+                   tuple(str(n) for n in _req(data, "names", list)),
+                   _opt_float(data, "deadline"), float(_opt_float(data, "since") or 0.0))
+
+
+@dataclass(frozen=True, slots=True)
 class AgentLifecycle:
     agent_id: str
     kind: str = ""
@@ -95,6 +137,11 @@ class AgentLifecycle:
     # Ids that a new task.assigned must not reuse (completed, or failed for good). Grows
     # with the stream's task count; see the report on bounding it with compaction.
     finished_tasks: frozenset[str] = frozenset()
+    # Signals not yet consumed, in arrival order; the ids of those consumed (a redelivery
+    # of one is applied once). Like finished_tasks, the ids grow with the stream.
+    signals: tuple[PendingSignal, ...] = ()
+    consumed_signals: frozenset[str] = frozenset()
+    waiting: WaitingFor | None = None
     # -- in-process flags, not derived from events (see the module docstring) ----------
     stop_requested: bool = False
     resurrecting: bool = False
@@ -126,7 +173,16 @@ class AgentLifecycle:
             "pending_tasks": [[t.task_id, t.input_json] for t in self.pending_tasks],
             "tasks_assigned": self.tasks_assigned, "tasks_completed": self.tasks_completed,
             "tasks_failed": self.tasks_failed, "finished_tasks": sorted(self.finished_tasks),
+            "signals": [[g.signal_id, g.name, g.payload_json, g.received_at]
+                        for g in self.signals],
+            "consumed_signals": sorted(self.consumed_signals),
+            "waiting": None if self.waiting is None else self.waiting.to_json(),
         }
+
+    def knows_signal(self, signal_id: str) -> bool:
+        """Whether a signal with this id was received already (pending or consumed)."""
+        return signal_id in self.consumed_signals or any(g.signal_id == signal_id
+                                                         for g in self.signals)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgentLifecycle:
@@ -152,6 +208,12 @@ class AgentLifecycle:
                 tasks_completed=_req(data, "tasks_completed", int),
                 tasks_failed=_req(data, "tasks_failed", int),
                 finished_tasks=frozenset(str(t) for t in _req(data, "finished_tasks", list)),
+                # Absent from the snapshots of releases before durable waits: none then.
+                signals=tuple(PendingSignal(str(i), str(n), str(j), float(at))
+                              for i, n, j, at in data.get("signals", [])),
+                consumed_signals=frozenset(str(i) for i in data.get("consumed_signals", [])),
+                waiting=(None if data.get("waiting") is None
+                         else WaitingFor.from_json(data["waiting"])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a lifecycle state: {exc}") from exc
@@ -382,10 +444,43 @@ def _on_task_failed(f: Folder, t: tr.TaskFailed, ts: float) -> None:
 
 
 def _drop_pending(f: Folder, task_id: str) -> None:
+    _stop_waiting(f, task_id)
     for i, task in enumerate(f.pending):
         if task.task_id == task_id:
             del f.pending[i]
             return
+
+
+def _on_signal_received(f: Folder, t: tr.SignalReceived, ts: float) -> None:
+    if t.signal_id is None or t.name is None:
+        return
+    signals: tuple[PendingSignal, ...] = f.get("signals")
+    if t.signal_id in f.get("consumed_signals") or any(g.signal_id == t.signal_id
+                                                       for g in signals):
+        return  # a redelivery: applied once
+    f.put(signals=(*signals, PendingSignal(t.signal_id, t.name, t.payload_json or "null", ts)))
+
+
+def _on_wait_started(f: Folder, t: tr.WaitStarted, ts: float) -> None:
+    if t.task_id is not None:
+        f.put(waiting=WaitingFor(t.task_id, t.kind or "signal", t.names, t.deadline, ts))
+
+
+def _on_wait_completed(f: Folder, t: tr.WaitCompleted, ts: float) -> None:
+    waiting: WaitingFor | None = f.get("waiting")
+    if waiting is not None and waiting.task_id == t.task_id:
+        f.put(waiting=None)
+    if t.signal_id is not None:
+        signals: tuple[PendingSignal, ...] = f.get("signals")
+        f.put(signals=tuple(g for g in signals if g.signal_id != t.signal_id),
+              consumed_signals=f.get("consumed_signals") | {t.signal_id})
+
+
+def _stop_waiting(f: Folder, task_id: str) -> None:
+    """A task that ended waits no more."""
+    waiting: WaitingFor | None = f.get("waiting")
+    if waiting is not None and waiting.task_id == task_id:
+        f.put(waiting=None)
 
 
 def _on_snapshot_taken(f: Folder, t: tr.SnapshotTaken, ts: float) -> None:
@@ -407,6 +502,9 @@ _HANDLERS: dict[type[Any], Callable[[Folder, Any, float], None]] = {
     tr.TaskCompleted: _on_task_completed,
     tr.TaskFailed: _on_task_failed,
     tr.SnapshotTaken: _on_snapshot_taken,
+    tr.SignalReceived: _on_signal_received,
+    tr.WaitStarted: _on_wait_started,
+    tr.WaitCompleted: _on_wait_completed,
 }
 
 
@@ -423,6 +521,10 @@ def dead_payload(state: AgentLifecycle, cause: str, *, error_type: str | None = 
 
 
 # -- helpers -----------------------------------------------------------------------------
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def _epoch(event: Event) -> float:
@@ -454,6 +556,7 @@ __all__ = [
     "AGENT_DEAD", "AGENT_QUARANTINED", "AGENT_RESUMED", "AGENT_RESURRECTED",
     "AGENT_RESURRECTING", "AGENT_STARTED", "AGENT_STOPPED", "LIFECYCLE_TYPES",
     "SNAPSHOT_TAKEN", "TASK_ASSIGNED", "TASK_COMPLETED", "TASK_FAILED", "AgentLifecycle",
-    "Folder", "PendingTask", "Status", "clear_resurrecting", "dead_payload", "fold", "fold_all",
-    "from_events", "mark_resurrecting", "mark_stop_requested", "step",
+    "Folder", "PendingSignal", "PendingTask", "Status", "WaitingFor", "clear_resurrecting",
+    "dead_payload", "fold", "fold_all", "from_events", "mark_resurrecting",
+    "mark_stop_requested", "step",
 ]

@@ -135,8 +135,41 @@ class SnapshotTaken:
     status: ClassVar[Status | None] = None
 
 
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """``signal.received``: a signal for the agent, kept until a wait consumes it."""
+
+    signal_id: str | None
+    name: str | None
+    payload_json: str | None
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStarted:
+    """``wait.started``: a task began to wait for one of ``names`` (signals; empty for a
+    timer) until ``deadline`` (epoch seconds; ``None``: no timeout)."""
+
+    task_id: str | None
+    kind: str | None  # signal | timer | approval
+    names: tuple[str, ...]
+    deadline: float | None
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitCompleted:
+    """``wait.completed``: the wait ended; ``signal_id`` names the signal it consumed."""
+
+    task_id: str | None
+    outcome: str | None  # signal | timeout | elapsed
+    signal_id: str | None
+    status: ClassVar[Status | None] = None
+
+
 Transition = (Started | Stopped | Died | Resurrecting | Resurrected | Quarantined | Resumed
-              | HandedOff | TaskAssigned | TaskCompleted | TaskFailed | SnapshotTaken)
+              | HandedOff | TaskAssigned | TaskCompleted | TaskFailed | SnapshotTaken
+              | SignalReceived | WaitStarted | WaitCompleted)
 # The transitions after which no incarnation runs until a restart (the agent's life ended).
 ENDINGS = (Stopped, Died, Quarantined)
 # The transitions that (re)open the agent's life.
@@ -185,12 +218,29 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Transition]] = {
     ev.TASK_COMPLETED: lambda p: TaskCompleted(_str(p, "task_id")),
     ev.TASK_FAILED: lambda p: TaskFailed(_str(p, "task_id"), p.get("retriable") is True),
     ev.SNAPSHOT_TAKEN: lambda p: SnapshotTaken(_int(p, "snapshot_version")),
+    ev.SIGNAL_RECEIVED: lambda p: SignalReceived(_str(p, "signal_id"), _str(p, "name"),
+                                                 _str(p, "payload_json")),
+    ev.WAIT_STARTED: lambda p: WaitStarted(_str(p, "task_id"), _str(p, "kind"), _names(p),
+                                           _float(p, "deadline")),
+    ev.WAIT_COMPLETED: lambda p: WaitCompleted(_str(p, "task_id"), _str(p, "outcome"),
+                                               _str(p, "signal_id")),
 }
 
 
 def _str(p: Mapping[str, Any], key: str) -> str | None:
     value = p.get(key)
     return value if isinstance(value, str) else None
+
+
+def _float(p: Mapping[str, Any], key: str) -> float | None:
+    value = p.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+def _names(p: Mapping[str, Any]) -> tuple[str, ...]:
+    value = p.get("names")
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def _int(p: Mapping[str, Any], key: str) -> int | None:
@@ -200,6 +250,7 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
 
 __all__ = [
     "ENDINGS", "RESTARTS", "TASK_ENDS", "Died", "HandedOff", "Quarantined", "Resumed",
-    "Resurrected", "Resurrecting", "SnapshotTaken", "Started", "Status", "Stopped",
-    "TaskAssigned", "TaskCompleted", "TaskFailed", "Transition", "read", "starts_afresh",
+    "Resurrected", "Resurrecting", "SignalReceived", "SnapshotTaken", "Started", "Status",
+    "Stopped", "TaskAssigned", "TaskCompleted", "TaskFailed", "Transition", "WaitCompleted",
+    "WaitStarted", "read", "starts_afresh",
 ]

@@ -29,6 +29,7 @@ from ares.events.kafka.dlq import DeadLetter
 from ares.events.kafka.partition_writer import TransactionScope
 from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
 from ares.runtime_manager.partition_host import PartitionHost
+from ares.runtime_manager.schedules import ScheduleKeeper
 
 log = logging.getLogger(__name__)
 FORWARDED_FROM = "ares.forwarded.from"
@@ -46,9 +47,11 @@ class Topics:
 class CommandHandler:
     """Admits, executes and answers the commands of the owner's partitions."""
 
-    def __init__(self, gate: Gate, host: PartitionHost, topics: Topics) -> None:
+    def __init__(self, gate: Gate, host: PartitionHost, topics: Topics,
+                 schedules: ScheduleKeeper | None = None) -> None:
         self._gate = gate
         self._host = host
+        self._schedules = schedules
         self._topics = topics
         self.dead_letters = 0
 
@@ -115,6 +118,8 @@ class CommandHandler:
                              message=str(exc))
             return Reply(command.id, ReplyStatus.OK, command.stream_id, version)
         try:
+            if self._schedules is not None and self._schedules.handles(command.type):
+                return await self._schedules.handle(tx, command)
             return await self._host.handle(tx, command)
         except InvalidCommandError as exc:
             await self._dead_letter(tx, tp, record, exc.reason, exc.detail)

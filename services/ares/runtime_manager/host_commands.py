@@ -11,7 +11,15 @@ import json
 from typing import TYPE_CHECKING
 
 from ares.agents.errors import AgentConfigError, UnknownAgentKindError
-from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
+from ares.agents.host_api import signal_event
+from ares.commands.model import (
+    MAX_SIGNAL_NAME,
+    MAX_SIGNAL_PAYLOAD_BYTES,
+    Command,
+    InvalidCommandError,
+    Reply,
+    ReplyStatus,
+)
 from ares.events.kafka.partition_writer import TransactionScope
 from ares.events.model import ANY_VERSION, NewEvent
 from ares.events.wire.canonical import canonical_json
@@ -155,6 +163,43 @@ async def snapshot(host: AgentHost, tx: TransactionScope, state: PartitionState,
     return reply(command, ReplyStatus.OK, version)
 
 
+
+
+async def signal(host: AgentHost, tx: TransactionScope, state: PartitionState,
+                 hosted: HostedAgent | None, command: Command) -> Reply:
+    """``agent.signal``: ``signal.received`` once per signal id; the first wait for its name
+    consumes it (now, if one waits; else whenever one does)."""
+    name = str(command.payload.get("name") or "")
+    signal_id = str(command.payload.get("signal_id") or "")
+    payload_json = str(command.payload.get("payload_json") or "null")
+    if not name or len(name) > MAX_SIGNAL_NAME or not name.isprintable():
+        raise InvalidCommandError("invalid_payload", f"a signal needs a printable name of 1 "
+                                  f"to {MAX_SIGNAL_NAME} characters (got {name[:40]!r})")
+    if not signal_id:
+        raise InvalidCommandError("invalid_payload", "a signal needs a signal_id (unique: a "
+                                  "redelivery with the same id is applied once)")
+    if len(payload_json.encode()) > MAX_SIGNAL_PAYLOAD_BYTES:
+        raise InvalidCommandError("oversized", f"signal payload of "
+                                  f"{len(payload_json.encode())} bytes, over the "
+                                  f"{MAX_SIGNAL_PAYLOAD_BYTES} a signal may carry")
+    try:
+        json.loads(payload_json)
+    except ValueError as exc:
+        raise InvalidCommandError("invalid_payload", f"signal payload is not JSON: {exc}") \
+            from exc
+    if hosted is None:
+        # Kept in the DLQ: a webhook that raced the agent's start can be re-sent from there.
+        raise InvalidCommandError("unknown_agent", f"no agent {command.stream_id!r} to "
+                                  f"signal {name!r} (start it with `ares agents start`)")
+    life = hosted.lifecycle
+    if life.knows_signal(signal_id):
+        return reply(command, ReplyStatus.OK, life.version, "signal already received")
+    version = await tx.append(command.stream_id, [signal_event(
+        signal_id, name, canonical_json(json.loads(payload_json)), MODULE,
+        issuer=command.issuer)], ANY_VERSION)
+    return reply(command, ReplyStatus.OK, version)
+
+
 def reply(command: Command, status: ReplyStatus, version: int = 0,
           message: str = "") -> Reply:
     return Reply(command.id, status, command.stream_id, version, message=message)
@@ -174,4 +219,5 @@ HANDLERS: dict[str, Handler] = {
     "agent.resume": resume,
     "task.assign": assign,
     "snapshot.request": snapshot,
+    "agent.signal": signal,
 }

@@ -16,21 +16,25 @@ from dataclasses import dataclass, field
 from ares.agents.agent import Agent
 from ares.agents.host_api import (
     AgentServices,
+    FoldedMailbox,
     OutcomeStatus,
     Task,
     TaskJournal,
     TaskOutcome,
+    Wait,
     run_task,
 )
 from ares.errors import FencedError
 from ares.events.kafka.partition_writer import PartitionWriter
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent
+from ares.lifecycle import events as ev
 from ares.lifecycle.state import (
     TASK_ASSIGNED,
     TASK_COMPLETED,
     TASK_FAILED,
     AgentLifecycle,
     Folder,
+    PendingTask,
     fold,
 )
 from ares.runtime_manager.heartbeats import AgentBeat
@@ -53,6 +57,14 @@ class HostedAgent:
     events_since_snapshot: int = 0
     last_progress: float = field(default_factory=time.monotonic)
     paused_task: str | None = None
+    # The waits the current task's last run ended on (a signal's name, a deadline): the
+    # task runs again when one is met. In-process only: a new incarnation re-runs the task,
+    # which finds its recorded waits again (and their deadlines) in the journal.
+    waiting: tuple[Wait, ...] = ()
+    wait_timer: asyncio.TimerHandle | None = None
+    # The approval waits this process announced (an alert each); None until the first, so
+    # that an agent that never asks for approval carries no empty set.
+    alerted_waits: set[tuple[str, str, int]] | None = None
     # Why the running incarnation is being cancelled (killed, heartbeat_timeout, stalled):
     # set before the cancel, like the stop flag, so the exit is read as a death.
     kill_cause: str | None = None
@@ -89,6 +101,10 @@ class HostedAgent:
             if event.type == TOOL_RESOLVED:
                 self.paused_task = None
             self.wakeup.set()
+        elif event.type == ev.SIGNAL_RECEIVED and self.waiting:
+            name = event.payload.get("name")
+            if any(w.wakes_on(str(name)) for w in self.waiting):
+                self.stop_waiting()
 
     def replay(self, events: Sequence[Event], offsets: Sequence[int]) -> None:
         """``on_event(event, offset, apply=False)`` for each of consecutive verified events
@@ -136,6 +152,32 @@ class HostedAgent:
     def journal(self, task_id: str) -> TaskJournal:
         return TaskJournal.from_events(task_id, self.open_events)
 
+    def waits_for(self, task_id: str) -> bool:
+        return bool(self.waiting) and self.waiting[0].task_id == task_id
+
+    def wait_on(self, waits: tuple[Wait, ...]) -> None:
+        """The task's run ended on ``waits``: wake it when a matching signal commits (or
+        has committed meanwhile: then at once) or at the earliest deadline. The event
+        loop's timer heap keeps the deadlines, a handle per waiting agent."""
+        self.stop_waiting(wake=False)
+        if any(w.wakes_on(g.name) for g in self.lifecycle.signals for w in waits):
+            self.wakeup.set()  # it came while the run was ending: run again now
+            return
+        self.waiting = waits
+        deadlines = [w.deadline for w in waits if w.deadline is not None]
+        if deadlines:
+            delay = max(0.0, min(deadlines) - time.time())
+            self.wait_timer = asyncio.get_running_loop().call_later(delay, self.stop_waiting)
+
+    def stop_waiting(self, *, wake: bool = True) -> None:
+        """The wait is over (a signal, a deadline) or abandoned: forget it, run again."""
+        if self.wait_timer is not None:
+            self.wait_timer.cancel()
+            self.wait_timer = None
+        self.waiting = ()
+        if wake:
+            self.wakeup.set()
+
 
 # Called when a task pauses on an in-doubt tool call (the host raises the alert).
 PausedCallback = Callable[["HostedAgent", TaskOutcome], Awaitable[None]]
@@ -160,26 +202,44 @@ class AgentSinkImpl:
 
 
 async def run_open_tasks(hosted: HostedAgent, sink: AgentSinkImpl, services: AgentServices,
-                         on_paused: PausedCallback) -> None:
+                         on_paused: PausedCallback, on_waiting: PausedCallback) -> None:
     """The body of one incarnation: run the open tasks in order, forever.
 
+    A task that waits (a signal, a timer) ends its run: only ``hosted.waiting`` remains,
+    and this loop sleeps on ``wakeup`` as for an idle agent until the wait is met.
     Exceptions propagate: the caller (the host's supervisor) treats them as a death.
     """
     assert hosted.agent is not None
+    mailbox = FoldedMailbox(lambda: hosted.lifecycle)
+    hosted.stop_waiting(wake=False)  # a new incarnation re-runs the task to find its waits
     while True:
         current = hosted.lifecycle.current_task
-        if current is None or current.task_id == hosted.paused_task:
+        if (current is None or current.task_id == hosted.paused_task
+                or hosted.waits_for(current.task_id)):
             hosted.wakeup.clear()
             await hosted.wakeup.wait()
             continue
-        task = Task(current.task_id, current.input)
-        outcome = await run_task(hosted.agent, task, hosted.journal(task.task_id), sink,
-                                 services, hosted.lifecycle.incarnation,
-                                 module=f"agent.{hosted.lifecycle.kind}")
-        if outcome.status is OutcomeStatus.PAUSED_IN_DOUBT:
-            hosted.paused_task = task.task_id
-            await on_paused(hosted, outcome)
-        elif outcome.from_journal and hosted.lifecycle.current_task == current:
-            # Recorded outcome but the task is still open in the fold: cannot happen unless
-            # the log is inconsistent; do not spin on it.
-            hosted.paused_task = task.task_id
+        await _run_current(hosted, current, sink, services, mailbox, on_paused, on_waiting)
+
+
+async def _run_current(hosted: HostedAgent, current: PendingTask, sink: AgentSinkImpl,
+                       services: AgentServices, mailbox: FoldedMailbox,
+                       on_paused: PausedCallback, on_waiting: PausedCallback) -> None:
+    """One run of the current task. A function of its own so that nothing of a finished
+    run (its outcome, task, input) stays referenced while the agent waits for the next."""
+    assert hosted.agent is not None
+    task = Task(current.task_id, current.input)
+    outcome = await run_task(hosted.agent, task, hosted.journal(task.task_id), sink,
+                             services, hosted.lifecycle.incarnation,
+                             module=f"agent.{hosted.lifecycle.kind}", mailbox=mailbox)
+    if outcome.status is OutcomeStatus.PAUSED_IN_DOUBT:
+        hosted.paused_task = task.task_id
+        await on_paused(hosted, outcome)
+    elif outcome.status is OutcomeStatus.WAITING:
+        hosted.wakeup.clear()
+        hosted.wait_on(outcome.waiting)
+        await on_waiting(hosted, outcome)
+    elif outcome.from_journal and hosted.lifecycle.current_task == current:
+        # Recorded outcome but the task is still open in the fold: cannot happen unless
+        # the log is inconsistent; do not spin on it.
+        hosted.paused_task = task.task_id

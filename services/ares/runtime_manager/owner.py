@@ -33,6 +33,7 @@ from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager.admission import Gate
 from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
+from ares.runtime_manager.schedules import ScheduleKeeper
 from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
@@ -73,10 +74,13 @@ class PartitionOwner:
         self.writers: dict[int, PartitionWriter] = {}
         self.ready = asyncio.Event()
         self.issuers = IssuerPolicy.parse(settings.command_issuers)
+        self.schedules = ScheduleKeeper(plan, client_id or instance_id or "ares-runtime",
+                                        self.issuers)
         self.commands = CommandHandler(
             Gate(settings.max_record_bytes, plan.partitions, plan.topic(REPLIES).partitions,
                  plan.name(REPLIES), self.issuers),
-            self.host, Topics(self.commands_topic, self.replies_topic, self.dlq_topic))
+            self.host, Topics(self.commands_topic, self.replies_topic, self.dlq_topic),
+            self.schedules)
         self._instance_id = instance_id
         # Our member's client id in the group: the worker id other members see.
         self.client_id = client_id or instance_id or "ares-runtime"
@@ -153,6 +157,7 @@ class PartitionOwner:
             async with self._lock:  # not in the middle of a batch
                 self._task.cancel()
             await cancel_and_wait(self._task)
+        await self.schedules.close()
         await self.host.drain()
         if self._consumer is not None:
             await self._consumer.stop()  # commits nothing (offsets go with transactions)
@@ -180,10 +185,12 @@ class PartitionOwner:
             for partition in partitions:
                 if (writer := self.writers.pop(partition, None)) is not None:
                     await self.host.suspend_partition(partition)
+                    await self.schedules.suspend(partition)
                     if expelled:
                         log.warning("partition %d: expelled from the group, its warm state "
                                     "is dropped", partition)
                         await self.host.release_partition(partition)
+                        await self.schedules.release(partition)
                         await writer.stop()
                     else:
                         self._suspended[partition] = writer
@@ -199,15 +206,18 @@ class PartitionOwner:
             for partition in list(self._suspended):
                 if partition not in partitions:
                     await self.host.release_partition(partition)
+                    await self.schedules.release(partition)
                     await self._suspended.pop(partition).stop()
             for partition in sorted(partitions):
                 warm = self._suspended.pop(partition, None)
                 if warm is not None and not warm.fenced:
                     self.writers[partition] = warm  # came back: no rescan, agents kept
                     await self.host.resume_partition(partition)
+                    await self.schedules.resume(partition)
                     continue
                 if warm is not None:
                     await self.host.release_partition(partition)
+                    await self.schedules.release(partition)
                     await warm.stop()
                 await self._take_over(partition)
             log.info("owning partitions %s of %s", sorted(set(partitions) - self._unopened),
@@ -235,7 +245,11 @@ class PartitionOwner:
         try:
             self.writers[partition] = await self.host.open_partition(
                 partition, self._scanner, await self.live_workers())
+            await self.schedules.take_over(partition, self.writers[partition], self._scanner)
         except Exception as exc:
+            if (opened := self.writers.pop(partition, None)) is not None:  # schedules failed
+                await self.host.release_partition(partition)
+                await opened.stop()
             if isinstance(exc, AresError):
                 log.error("partition %d: taking it over failed, its commands wait and it is "
                           "tried again every %.0fs: %s", partition, TAKEOVER_RETRY_S, exc)
@@ -331,6 +345,7 @@ class PartitionOwner:
                         tp.partition)
             self.writers.pop(tp.partition, None)
             await self.host.release_partition(tp.partition)
+            await self.schedules.release(tp.partition)
             await writer.stop()
             assert self._consumer is not None
             if tp in self._consumer.assignment() and self._scanner is not None:

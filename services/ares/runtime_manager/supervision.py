@@ -67,7 +67,7 @@ async def supervise(host: AgentHost, state: PartitionState, hosted: HostedAgent)
     while True:
         sink = AgentSinkImpl(hosted, state.writer)
         hosted.incarnation_task = asyncio.create_task(
-            run_open_tasks(hosted, sink, host.services, host.on_paused))
+            run_open_tasks(hosted, sink, host.services, host.on_paused, host.on_waiting))
         error: BaseException | None = None
         try:
             await hosted.incarnation_task

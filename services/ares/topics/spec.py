@@ -26,9 +26,11 @@ SUMMARIES = "ares.summaries"
 ALERTS = "ares.alerts"
 DLQ = "ares.dlq"
 REPLIES = "ares.replies"
-# Keyed by agent id and owned per partition (DESIGN.md principle 4): partition p of each of
-# them belongs to the same runtime manager, so they must share one partition count.
-PER_AGENT_TOPICS = (EVENTS, SNAPSHOTS, COMMANDS, HEARTBEATS, SUMMARIES)
+SCHEDULES = "ares.schedules"
+# Keyed by agent id (schedules: by schedule:<name>) and owned per partition (DESIGN.md
+# principle 4): partition p of each of them belongs to the same runtime manager, so they must
+# share one partition count.
+PER_AGENT_TOPICS = (EVENTS, SNAPSHOTS, COMMANDS, HEARTBEATS, SUMMARIES, SCHEDULES)
 # What the code produces to or consumes from: a topics.yaml without one of them is broken.
 REQUIRED_TOPICS = (*PER_AGENT_TOPICS, ALERTS, DLQ, REPLIES)
 

@@ -39,6 +39,7 @@ from ares.views.tally import AgentTally
 RUNNING = "running"  # the agent runs and works on it
 PAUSED_IN_DOUBT = "paused_in_doubt"  # waits for `ares agents resolve`
 WAITING = "waiting"  # assigned, but the agent does not run (stopped, dead, quarantined...)
+SUSPENDED = "suspended"  # waits durably for a signal or a timer (``AgentView.waiting_for``)
 
 # What the token ledger reads of its records (the rest, e.g. llm outputs, is dropped).
 _LEDGER_TYPES = frozenset({r.LLM_CALL, r.TASK_RESUMED})
@@ -132,10 +133,11 @@ class AgentView:
     last_death: Death | None
     quarantine_reason: str | None
     current_task: str | None
-    task_state: str | None  # running | paused_in_doubt | waiting (None: no task)
+    task_state: str | None  # running | paused_in_doubt | suspended | waiting (None: none)
     tasks: TaskCounts
     tokens: TokenLedger
     in_doubt: tuple[InDoubt, ...]
+    waiting_for: lc.WaitingFor | None = None  # what the current task waits for, since when
 
     def to_json(self) -> dict[str, Any]:
         """The document of ``ares agents status --json`` (one JSON object per agent)."""
@@ -155,6 +157,8 @@ class AgentView:
             "tokens": {"spent": self.tokens.spent_tokens, "saved": self.tokens.reused_tokens,
                        **self.tokens.to_json()},
             "in_doubt": [c.to_json() for c in self.in_doubt],
+            "waiting_for": (None if self.waiting_for is None
+                            else self.waiting_for.to_document()),
         }
 
 
@@ -197,6 +201,8 @@ class AgentViewBuilder:
         if current is not None:
             if any(c.task_id == current.task_id for c in in_doubt):
                 state = PAUSED_IN_DOUBT
+            elif life.waiting is not None and life.waiting.task_id == current.task_id:
+                state = SUSPENDED
             elif life.status is lc.Status.RUNNING:
                 state = RUNNING
             else:
@@ -214,7 +220,7 @@ class AgentViewBuilder:
             current_task=None if current is None else current.task_id, task_state=state,
             tasks=TaskCounts(life.tasks_assigned, life.tasks_completed, life.tasks_failed,
                              tuple(t.task_id for t in life.pending_tasks)),
-            tokens=token_ledger(self._ledger), in_doubt=in_doubt)
+            tokens=token_ledger(self._ledger), in_doubt=in_doubt, waiting_for=life.waiting)
 
     def in_doubt(self) -> tuple[InDoubt, ...]:
         found = []
@@ -319,8 +325,7 @@ def _iso(when: datetime | None) -> str | None:
 
 
 __all__ = [
-    "PAUSED_IN_DOUBT", "RUNNING", "WAITING", "AgentView", "AgentViewBuilder", "AgentViews",
-    "Death",
-    "InDoubt", "NoSuchAgentError", "NotResolvableError", "TaskCounts", "agent_builder",
-    "agent_view", "all_agent_views",
+    "PAUSED_IN_DOUBT", "RUNNING", "SUSPENDED", "WAITING", "AgentView", "AgentViewBuilder",
+    "AgentViews", "Death", "InDoubt", "NoSuchAgentError", "NotResolvableError", "TaskCounts",
+    "agent_builder", "agent_view", "all_agent_views",
 ]

@@ -32,7 +32,7 @@ def _no_entry_points(monkeypatch: pytest.MonkeyPatch, *eps: EntryPoint) -> None:
 def test_builtin_examples_are_registered_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_entry_points(monkeypatch)
     registry = build_registry()
-    assert registry.kinds() == ["example.chat", "example.pipeline"]
+    assert registry.kinds() == ["example.chat", "example.pipeline", "example.refund"]
     assert isinstance(registry.create("example.pipeline", "p1"), PipelineAgent)
     assert isinstance(registry.create("example.chat", "c1", {"max_turns": 3}), ChatAgent)
 
@@ -79,7 +79,7 @@ def test_specs_merge_with_builtins_and_conflicts_are_errors(
     with pytest.raises(AgentRegistryError, match=r"kind 'test\.echo' is defined twice"):
         build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:CONFLICTING"])
     # The same class from two sources is not a conflict.
-    assert len(build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:AS_LIST"])) == 3
+    assert len(build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:AS_LIST"])) == 4  # + 3 built-in
 
 
 def test_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,19 @@ def test_no_stall_when_idle_paused_in_doubt_or_without_a_timeout(scenario: str) 
     assert world.due(30.0) == []
 
 
+def test_a_durable_wait_is_not_a_stall_and_its_end_restarts_the_clock() -> None:
+    world = World()
+    busy_agent(world, timeout=1.0)
+    world.event("a1", "wait.started", 0.2, {"task_id": "t1", "name": "approval",
+                                            "kind": "signal", "names": ["approval"]})
+    world.beats("w1", 0.0, 30.0, [agent_beat("a1", 3)])
+    assert world.due(30.0) == []  # waiting for a day is no stall
+    world.event("a1", "wait.completed", 30.0, {"task_id": "t1", "name": "approval",
+                                               "outcome": "signal", "signal_id": "s1"})
+    world.beats("w1", 30.0, 32.0, [agent_beat("a1", 4)])
+    assert [v.cause for v in verdicts(world.due(31.5))] == ["stalled"]  # busy again
+
+
 def test_the_checker_default_and_kind_timeouts_apply_to_agents_that_declare_none() -> None:
     world = World(HealthConfig(step_timeout_s=100.0, step_timeouts={"test.slow": 4.0}))
     world.start("a1", 0.0, kind="test.slow")

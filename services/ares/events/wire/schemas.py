@@ -50,6 +50,7 @@ REPLY: Final = "ares.v1.Reply"
 SNAPSHOT: Final = "ares.v1.Snapshot"
 HEARTBEAT: Final = "ares.v1.Heartbeat"
 ALERT: Final = "ares.v1.Alert"
+SCHEDULE: Final = "ares.v1.Schedule"
 
 JSON_PAYLOAD: Final = "ares.v1.event.JsonPayload"
 
@@ -88,6 +89,10 @@ COMMAND_PAYLOADS: Mapping[str, str] = {
     "snapshot.request": "ares.v1.command.RequestSnapshot",
     "events.append": "ares.v1.command.AppendEvents",
     "agent.signal": "ares.v1.command.SignalAgent",
+    "schedule.create": "ares.v1.command.CreateSchedule",
+    "schedule.pause": "ares.v1.command.PauseSchedule",
+    "schedule.resume": "ares.v1.command.ResumeSchedule",
+    "schedule.delete": "ares.v1.command.DeleteSchedule",
 }
 
 _RELEASE_NAME = re.compile(r"^v(\d+)$")
