@@ -19,6 +19,10 @@ from ares.gc_policy import DEFAULT_GEN0_THRESHOLD, check_gc_threshold
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_POSTGRES_DSN = "postgresql://ares:ares@127.0.0.1:5432/ares"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*$")
+# ARES_API_TOKEN: long enough not to be guessed, and sendable in an HTTP header as is.
+MIN_API_TOKEN = 16
+MAX_API_TOKEN = 4096
+_TOKEN_RE = re.compile(rf"[\x21-\x7e]{{{MIN_API_TOKEN},{MAX_API_TOKEN}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,9 @@ class Settings:
     # Young-generation threshold of the garbage collector of `ares run <service>`
     # (ares.gc_policy); 0 keeps Python's default (700).
     gc_threshold: int = DEFAULT_GEN0_THRESHOLD
+    # The bearer token the HTTP API's writes need (POST ..., `Authorization: Bearer <token>`);
+    # None: writes are disabled (403). Never printed, logged or echoed in an error.
+    api_token: str | None = field(default=None, repr=False)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -77,6 +84,7 @@ class Settings:
             "kafka_ssl_key_file": env.get("ARES_KAFKA_SSL_KEY_FILE") or None,
             "command_issuers": env.get("ARES_COMMAND_ISSUERS", ""),
             "gc_threshold": _int_setting(env, "ARES_GC_THRESHOLD", DEFAULT_GEN0_THRESHOLD),
+            "api_token": _secret(env, "ARES_API_TOKEN"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -127,6 +135,11 @@ class Settings:
         if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")
+        if self.api_token is not None and not _TOKEN_RE.fullmatch(self.api_token):
+            # Not echoed: it is a secret, even when malformed.
+            raise ConfigError(f"ARES_API_TOKEN must be {MIN_API_TOKEN}-{MAX_API_TOKEN} "
+                              "visible ASCII characters (no spaces), e.g. the output of "
+                              "`openssl rand -hex 32`")
 
     def _validate_kafka_security(self) -> None:
         protocol = self.kafka_security_protocol.upper()

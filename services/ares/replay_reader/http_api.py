@@ -5,28 +5,43 @@ computed from the log (``fallback``) and say so (``"source": "log"``, header
 ``X-Ares-Source: log``). Every error is an RFC 9457 problem document
 (``application/problem+json``), including unknown paths and methods; nothing escapes as
 a bare 500 page. Parameters are checked against the limits the OpenAPI document states.
+
+Reads are open. Writes (``POST``) need ``Authorization: Bearer <ARES_API_TOKEN>``
+(``WriteAuth``) and go to the agents' owners as commands on ``ares.commands``, through an
+``ares.Client`` of the API's own (issuer ``http-api``), started on the first write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.exposition import choose_encoder
 
 from ares.agents.registry import AgentRegistry
+from ares.client import Client
+from ares.commands.model import (
+    MAX_SIGNAL_NAME,
+    MAX_SIGNAL_PAYLOAD_BYTES,
+    Command,
+    Reply,
+    ReplyStatus,
+)
 from ares.config import Settings
 from ares.errors import AresError, TransientError
 from ares.events.model import EventFilter
 from ares.events.ports import SummarySource
+from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.state import Status
 from ares.replay_reader import fallback, openapi
 from ares.replay_reader.audit_run import AuditScope, run_audit
@@ -44,19 +59,35 @@ _ID_RE = re.compile(openapi.ID_PATTERN)
 _TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]*$")
 _STATUSES = {s.value for s in Status}
 _KEEPALIVE_S = 15.0
+# The issuer of the commands the API sends (ARES_COMMAND_ISSUERS rules can name it).
+ISSUER = "http-api"
+# A 503 of a write: when to try again (with the same signal id).
+RETRY_AFTER_S = 5
+_RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_S)}
+_SIGNAL_NAME_RE = re.compile(openapi.SIGNAL_NAME_PATTERN)
+_SIGNAL_ID_RE = re.compile(openapi.SIGNAL_ID_PATTERN)
+_SIGNAL_FIELDS = frozenset({"payload", "signal_id"})
+# How an owner says it hosts no such agent (host_commands: "unknown_agent: no agent 'x'
+# to signal ..." or "no agent 'x' (...)"); anchored: an agent id is quoted in messages.
+_NO_AGENT_RE = re.compile(r"^(unknown_agent: )?no agent\b")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, *, headers: Mapping[str, str] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.headers = dict(headers or {})
+        self.extra = dict(extra or {})
 
 
-def problem(status: int, detail: str, instance: str) -> web.Response:
-    body = {"type": "about:blank", "title": _title(status), "status": status,
+def problem(status: int, detail: str, instance: str, *,
+            headers: Mapping[str, str] | None = None,
+            extra: Mapping[str, Any] | None = None) -> web.Response:
+    body = {**(extra or {}), "type": "about:blank", "title": _title(status), "status": status,
             "detail": detail, "instance": instance}
-    return web.Response(status=status, text=json.dumps(body),
+    return web.Response(status=status, text=json.dumps(body), headers=headers,
                         content_type="application/problem+json")
 
 
@@ -133,6 +164,106 @@ def _time(request: web.Request, name: str) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
+def _unicode(value: str, name: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, f"{name} is not valid Unicode text") from None
+    return value
+
+
+# -- writes ------------------------------------------------------------------------------
+
+
+class WriteAuth:
+    """Who may write: a request with ``Authorization: Bearer <token>``, the token being
+    ``ARES_API_TOKEN`` (compared in constant time). Unset, every write is refused (403):
+    an API that can send commands is never open by default. Refusals are logged (method,
+    path, peer, why), never the token sent or expected. One check for every write route."""
+
+    def __init__(self, token: str | None) -> None:
+        self._token = None if token is None else token.encode()
+
+    @property
+    def enabled(self) -> bool:
+        return self._token is not None
+
+    def check(self, request: web.Request) -> None:
+        """Return if ``request`` may write; else raise the 401 or 403 to answer."""
+        if self._token is None:
+            self._refuse(request, 403, "writes are disabled: set ARES_API_TOKEN")
+        scheme, _, credentials = request.headers.get("Authorization", "").strip().partition(" ")
+        given = credentials.strip()
+        if scheme.lower() != "bearer" or not given:
+            self._refuse(request, 401, "this write needs a bearer token: "
+                                       "Authorization: Bearer <ARES_API_TOKEN>",
+                         'Bearer realm="ares"')
+        # Header values arrive as text decoded with surrogateescape: these are their bytes.
+        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token):
+            self._refuse(request, 401, "the bearer token is not valid",
+                         'Bearer realm="ares", error="invalid_token"')
+
+    @staticmethod
+    def _refuse(request: web.Request, status: int, detail: str,
+                challenge: str | None = None) -> NoReturn:
+        log.warning("refused %s %r from %s: %d %s", request.method, request.path[:300],
+                    request.remote, status, detail)
+        raise ApiError(status, detail,
+                       headers=None if challenge is None else {"WWW-Authenticate": challenge})
+
+
+def _signal_name(value: str) -> str:
+    if not 1 <= len(value) <= MAX_SIGNAL_NAME or not _SIGNAL_NAME_RE.fullmatch(value):
+        raise ApiError(400, f"a signal name is 1-{MAX_SIGNAL_NAME} characters of "
+                            f"{openapi.SIGNAL_NAME_CHARS}, not starting with '.'")
+    return value
+
+
+async def _signal_body(request: web.Request) -> tuple[str, str]:
+    """The body's (payload as canonical JSON, signal id): an empty body is ``{}``."""
+    raw = await request.read()  # over client_max_size: aiohttp's 413
+    body: Any = {}
+    if raw.strip():
+        content_type = request.content_type
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
+        try:
+            body = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise ApiError(400, f"the body is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, 'the body must be a JSON object: {"payload": <any JSON value>, '
+                            '"signal_id": "<id>"}')
+    unknown = sorted(set(body) - _SIGNAL_FIELDS)
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:3])}:"
+                            " a signal's body has payload and signal_id only")
+    signal_id = body["signal_id"] if "signal_id" in body else str(uuid.uuid4())
+    if (not isinstance(signal_id, str) or not 1 <= len(signal_id) <= openapi.ID_MAX
+            or not _SIGNAL_ID_RE.fullmatch(signal_id)):
+        raise ApiError(400, f"signal_id must be a string of 1-{openapi.ID_MAX} characters "
+                            "without control characters")
+    try:
+        text = canonical_json(body.get("payload"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ApiError(400, f"the payload cannot be a signal's: {str(exc)[:200]}") from None
+    size = len(_unicode(text, "the payload").encode())
+    if size > MAX_SIGNAL_PAYLOAD_BYTES:
+        raise ApiError(413, f"a signal payload of {size} bytes (canonical JSON), over the "
+                            f"{MAX_SIGNAL_PAYLOAD_BYTES} a signal may carry")
+    return text, _unicode(signal_id, "signal_id")
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _signal_refused(reply: Reply) -> ApiError:
+    """The owner's refusal as the API's: 404 when it hosts no such agent, else 422."""
+    message = reply.message or f"the owner answered {reply.status}"
+    return ApiError(404 if _NO_AGENT_RE.match(message) else 422, message)
+
+
 # -- the application ---------------------------------------------------------------------
 
 
@@ -150,6 +281,10 @@ class ReplayApi:
         self.snapshots_topic = snapshots_topic
         self.ready = ready
         self.draining = False
+        self.auth = WriteAuth(settings.api_token)
+        self._client: Client | None = None
+        self._client_lock = asyncio.Lock()
+        self._closed = False
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._problems])
@@ -166,7 +301,16 @@ class ReplayApi:
         get("/healthz", self.healthz)
         get("/readyz", self.readyz)
         get("/metrics", self.metrics)
+        app.router.add_post("/agents/{agent_id}/signals/{name}", self.send_signal)
         return app
+
+    async def close(self) -> None:
+        """Close the command client, if a write started it (the service's shutdown)."""
+        async with self._client_lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     @web.middleware
     async def _problems(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -181,7 +325,8 @@ class ReplayApi:
             if isinstance(exc, web.HTTPMethodNotAllowed):
                 response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         except ApiError as exc:
-            response = problem(exc.status, exc.detail, request.path)
+            response = problem(exc.status, exc.detail, request.path, headers=exc.headers,
+                               extra=exc.extra)
         except NoSuchStreamError as exc:
             response = problem(404, str(exc), request.path)
         except TransientError as exc:
@@ -195,7 +340,7 @@ class ReplayApi:
         return response
 
     async def openapi(self, request: web.Request) -> web.Response:
-        return _ok(openapi.document())
+        return _ok(openapi.document(writes=self.auth.enabled))
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -330,6 +475,43 @@ class ReplayApi:
                   "timestamp": r["ts"].isoformat(), "details": json.loads(r["details"])}
                  for r in rows]
         return _ok({"items": items, "next": rows[-1]["alert_id"] if more and rows else None})
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def _commands(self) -> Client:
+        """The API's command client, started by the first write (a broker that answers "not
+        yet" is waited out for ARES_RETRY_TIMEOUT_S, as by every client); a start that
+        fails is tried again by the next write."""
+        async with self._client_lock:
+            if self._closed:
+                raise ApiError(503, "the service is stopping", headers=_RETRY_AFTER)
+            if self._client is None:
+                client = Client(self.settings, issuer=ISSUER)
+                await client.start()  # closes itself when it fails
+                self._client = client
+            return self._client
+
+    async def send_signal(self, request: web.Request) -> web.Response:
+        self.auth.check(request)  # before anything else: a refused write learns nothing
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        name = _signal_name(request.match_info["name"])
+        payload_json, signal_id = await _signal_body(request)
+        command = Command(type="agent.signal", stream_id=agent_id, issuer=ISSUER, payload={
+            "name": name, "signal_id": signal_id, "payload_json": payload_json})
+        try:
+            reply = await (await self._commands()).send(command)
+        except TransientError as exc:  # no owner answered in time, or no broker
+            raise ApiError(503, f"{exc}. The signal may still arrive: retry with the same "
+                                f"signal_id {signal_id!r} (it is applied once)",
+                           headers=_RETRY_AFTER, extra={"signal_id": signal_id}) from None
+        if reply.status is not ReplyStatus.OK:
+            raise _signal_refused(reply)
+        log.info("signal %r (%s) for %r from %s: %s", name, signal_id, agent_id,
+                 request.remote, reply.message or "received")
+        return web.json_response({
+            "agent_id": agent_id, "name": name, "signal_id": signal_id, "status": "ok",
+            "message": reply.message or "signal received", "version": reply.stream_version},
+            status=202)
 
     # -- live ------------------------------------------------------------------------------
 

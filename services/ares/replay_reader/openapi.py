@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ares.commands.model import MAX_SIGNAL_NAME, MAX_SIGNAL_PAYLOAD_BYTES
 from ares.lifecycle.state import Status
 
 # What the API accepts as a stream (agent) id: no control characters, no "/" (a path
@@ -18,6 +19,15 @@ ID_MAX = 256
 MAX_PAGE = 500
 MAX_EVENTS_PAGE = 1000
 MAX_VERSION = 2**53 - 1
+# A signal's name in a path: a path segment as is (RFC 3986 pchar but percent-escapes),
+# not "." or ".." (clients remove those segments), so no client, shell or proxy rewrites
+# it on the way. The owner takes any printable name (the CLI and the command can send one).
+SIGNAL_NAME_CHARS = "A-Za-z0-9._~!$&'()*+,;=:@-"
+SIGNAL_NAME_PATTERN = r"^[A-Za-z0-9_~!$&'()*+,;=:@-][A-Za-z0-9._~!$&'()*+,;=:@-]*$"
+# A signal id in a body: 1-256 characters, no control characters.
+SIGNAL_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+# The write routes' security scheme: `Authorization: Bearer <ARES_API_TOKEN>`.
+BEARER = "bearerToken"
 
 _NULL_STR = {"type": "string", "nullable": True}
 _NULL_INT = {"type": "integer", "nullable": True}
@@ -82,6 +92,15 @@ _SCHEMAS: dict[str, Any] = {
         "tokens": _obj({k: {"type": "integer"} for k in
                         ("llm_calls", "prompt", "completion", "spent", "reused", "resumes")}),
         "pending_tasks": {"type": "array", "items": {"type": "string"}},
+        "waiting_for": {
+            "type": "object", "nullable": True,
+            "description": "what the current task waits for (a durable wait), since when",
+            "properties": {"task_id": {"type": "string"},
+                           "kind": {"type": "string", "enum": ["signal", "timer", "approval"]},
+                           "names": {"type": "array", "items": {"type": "string"}},
+                           "deadline": _NULL_TIME, "since": _NULL_TIME}},
+        "pending_signals": {"type": "array", "items": {"type": "string"},
+                            "description": "names of the signals received and not consumed"},
     }),
     "AgentPage": _obj({"items": {"type": "array", "items": _ref("Agent")},
                        "next": _NULL_STR, "source": _ref("Source")}),
@@ -142,6 +161,32 @@ _SCHEMAS: dict[str, Any] = {
                                "additionalProperties": {"type": "string"}}}),
     "AlertPage": _obj({"items": {"type": "array", "items": _ref("Alert")},
                        "next": _NULL_STR}),
+    "SignalRequest": {
+        "type": "object", "additionalProperties": False,
+        "description": "An empty body is the same as {}.",
+        "properties": {
+            "payload": {"description": "the signal's value, any JSON value (default null); "
+                                       f"at most {MAX_SIGNAL_PAYLOAD_BYTES} bytes as "
+                                       "canonical JSON (413 beyond)"},
+            "signal_id": {"type": "string", "minLength": 1, "maxLength": ID_MAX,
+                          "pattern": SIGNAL_ID_PATTERN,
+                          "description": "the signal's id (default: a new uuid): sending the "
+                                         "same id again is applied once, so a retry after a "
+                                         "503 must reuse it"}}},
+    "SignalAccepted": _obj({
+        "agent_id": {"type": "string"}, "name": {"type": "string"},
+        "signal_id": {"type": "string"}, "status": {"type": "string", "enum": ["ok"]},
+        "message": {"type": "string", "description": "'signal received', or 'signal "
+                                                     "already received' for a duplicate id"},
+        "version": {"type": "integer", "description": "the agent's stream version after "
+                                                      "the signal.received event (for a "
+                                                      "duplicate: its version now)"}}),
+}
+
+_SECURITY_SCHEMES: dict[str, Any] = {
+    BEARER: {"type": "http", "scheme": "bearer",
+             "description": "the token of ARES_API_TOKEN (or ARES_API_TOKEN_FILE), for "
+                            "writes; reads need none. Writes answer 403 while it is unset."},
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
@@ -205,16 +250,65 @@ _PATHS: dict[str, Any] = {
 }
 
 
-def document(server_url: str | None = None) -> dict[str, Any]:
+_HEADER = {"schema": {"type": "string"}, "required": True}
+
+
+def _send_signal(writes: bool) -> dict[str, Any]:
+    """``POST /agents/{agent_id}/signals/{name}``. With writes disabled (ARES_API_TOKEN
+    unset) no credential is accepted: the operation then states no security requirement,
+    and every request answers 403."""
+    op: dict[str, Any] = {
+        "summary": "Send the signal `name` to an agent (e.g. `approved` for a tool waiting "
+                   "for its approval): a task waiting for it goes on, else the first wait "
+                   "for that name consumes it. Needs the bearer token"
+                   + ("." if writes else "; writes are disabled on this server (403)."),
+        "operationId": "sendSignal",
+        "parameters": [
+            _AGENT,
+            {"name": "name", "in": "path", "required": True,
+             "description": "the signal's name: letters, digits and "
+                            "- . _ ~ ! $ & ' ( ) * + , ; = : @, not starting with '.'",
+             "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME,
+                        "pattern": SIGNAL_NAME_PATTERN}}],
+        "requestBody": {"required": False, "content": {
+            "application/json": {"schema": _ref("SignalRequest")}}},
+        "responses": {
+            "202": _json(_ref("SignalAccepted"),
+                         "the agent's owner appended signal.received (or had already: same "
+                         "signal_id)"),
+            "400": _PROBLEM,
+            "401": {**_PROBLEM, "description": "no bearer token, or a wrong one",
+                    "headers": {"WWW-Authenticate": _HEADER}},
+            "403": {**_PROBLEM, "description": "writes are disabled: ARES_API_TOKEN is unset"},
+            "404": {**_PROBLEM, "description": "the owner has no such agent (nothing "
+                                               "appended)"},
+            "413": {**_PROBLEM, "description": f"a payload over {MAX_SIGNAL_PAYLOAD_BYTES} "
+                                               "bytes (nothing sent)"},
+            "415": {**_PROBLEM, "description": "a body that is not application/json"},
+            "422": {**_PROBLEM, "description": "the owner refused the signal; `detail` says "
+                                               "why"},
+            "503": {**_PROBLEM, "description": "no owner answered in time: the signal may "
+                                               "still arrive; retry with the same signal_id",
+                    "headers": {"Retry-After": _HEADER}},
+        }}
+    if writes:
+        op["security"] = [{BEARER: []}]
+    return op
+
+
+def document(server_url: str | None = None, *, writes: bool = True) -> dict[str, Any]:
+    """The document; ``writes``: whether this server takes writes (a token is set)."""
+    paths = {**_PATHS, "/agents/{agent_id}/signals/{name}": {"post": _send_signal(writes)}}
     doc: dict[str, Any] = {
         "openapi": "3.0.3",
         "info": {"title": "ares-mesh replay reader", "version": "1",
                  "description": "The read side of ares-mesh: agents, genealogy, streams, "
-                                "state at any version or time, integrity audits, live events."
-                                " Errors are RFC 9457 problem details. /healthz, /readyz and "
-                                "/metrics are served on the same port."},
-        "paths": _PATHS,
-        "components": {"schemas": _SCHEMAS},
+                                "state at any version or time, integrity audits, live events;"
+                                " and signals to agents (writes: bearer token). Errors are "
+                                "RFC 9457 problem details. /healthz, /readyz and /metrics are "
+                                "served on the same port."},
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS, "securitySchemes": _SECURITY_SCHEMES},
     }
     if server_url:
         doc["servers"] = [{"url": server_url}]

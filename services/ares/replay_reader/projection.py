@@ -94,7 +94,14 @@ def agent_json(row: Mapping[str, Any]) -> dict[str, Any]:
                    "spent": row["tokens_prompt"] + row["tokens_completion"],
                    "reused": row["tokens_reused"], "resumes": row["resumes"]},
         "pending_tasks": [t[0] for t in state.get("pending_tasks", [])],
+        "waiting_for": _waiting_json(state.get("waiting")),
+        "pending_signals": [g[1] for g in state.get("signals", [])],
     }
+
+
+def _waiting_json(waiting: Any) -> dict[str, Any] | None:
+    """The lifecycle's ``waiting`` as the API shows it."""
+    return lc.WaitingFor.from_json(waiting).to_document() if waiting else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ wait for the projector (they fall back to the log), so a replica whose projector
 The projector runs as a background task (the ``Service`` base's, launched once the API
 listens); if it fails for a reason it does not retry (a bug), the service ends with that
 error and the orchestrator restarts the process. The stop drains the HTTP server first,
-while the projector still runs, then ends the projector and closes the readers.
+while the projector still runs, then ends the projector and closes the readers and the
+API's command client (started by the first write, ``POST /agents/{id}/signals/{name}``).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class ReplayReaderService(Service):
             await runner.cleanup()
 
     async def on_shutdown(self) -> None:
+        if self.api is not None:
+            await self.api.close()  # after the drain: no write is in flight any more
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
