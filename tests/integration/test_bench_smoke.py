@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench import append, read
+from bench import append, read, waits
 
 from ares.config import Settings
 from tests.support.kafka import admin_client
@@ -100,5 +100,47 @@ async def test_read_bench_reads_every_event_written(settings: Settings) -> None:
     assert stream["ours"]["streams"] == stream["ceiling"]["streams"] == 3
     assert stream["ours"]["events"] == stream["ceiling"]["events"] == 3 * 30
     assert stream["ours"]["log_records_scanned"] >= 90
+
+    assert await bench_topics_left(settings) == []
+
+
+async def test_waits_bench_measures_waiting_agents_and_wakes_every_timer(
+    settings: Settings,
+) -> None:
+    report = await waits.run(settings, agents=500, timers_count=500, window_start=8.0,
+                             window_end=12.0, partitions=PARTITIONS, concurrency=100,
+                             model_agents=100, settle_interval_s=0.5, settle_window=3,
+                             settle_max_s=10.0)
+    json.dumps(report)
+
+    # Memory: RSS deltas of 500 agents are too small to be more than a shape here.
+    assert report["name"] == "waits"
+    assert report["higher_is_better"] is False
+    assert set(report["rss"]) == {"empty", "idle", "waiting", "idle_2", "sleeping"}
+    assert all(r["rss_bytes"] > 0 for r in report["rss"].values())
+    assert report["ours"]["agents"] == report["ceiling"]["agents"] == 500
+    assert isinstance(report["goal"]["met"], bool)
+    # Every agent reached its wait, and none woke: the signal never came, the sleep is an
+    # hour (the warm-up's 20 agents waited for both once).
+    assert report["waits_seen"] == {"signal": 500 + 20, "timer": 500 + 20}
+    assert report["woken_meanwhile"] == 0
+    assert report["events"]["wait.started"] == 2 * 500 + 2 * 20
+    sleeping = report["parts"]["sleeping"]
+    assert sleeping["name"] == "waits.sleeping"
+    assert sleeping["ours"]["agents"] == 500
+    for model in (report["model"], sleeping["model"]):
+        assert model["agents"] == 100
+        assert model["idle_bytes"] > 0
+        assert model["extra_bytes"] > 0
+        assert model["top_sites"]
+
+    timers = report["parts"]["timers"]
+    assert_section(timers, "waits.timers")
+    assert timers["recorded"] == timers["ours"]["completed"] == 500
+    assert timers["ours"]["samples"] == timers["ceiling"]["samples"] == 500
+    assert timers["outcomes"] == {"elapsed": 500}
+    assert timers["ours"]["early"] == 0  # never before its recorded deadline
+    assert 1 <= timers["ours"]["peak_pending"] <= 500
+    assert isinstance(timers["goal"]["met"], bool)
 
     assert await bench_topics_left(settings) == []
