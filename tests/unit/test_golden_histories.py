@@ -204,7 +204,7 @@ class CollectingSink:
     def __init__(self) -> None:
         self.batches: list[list[NewEvent]] = []
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent], alerts: Sequence[Any] = ()) -> int:
         self.batches.append(list(events))
         return len(self.batches)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -345,9 +345,10 @@ class Context:
         except (TypeError, ValueError) as e:
             raise StepResultError(self.task_id, what, value, str(e)) from None
 
-    async def _append(self, events: list[NewEvent]) -> None:
+    async def _append(self, events: list[NewEvent],
+                      alerts: Sequence[r.AgentAlert] = ()) -> None:
         """One durable append: buffered logs, ``task.resumed`` (first append of a re-run),
-        then ``events``."""
+        then ``events``; ``alerts`` go out in its transaction."""
         batch = [*self._logs]
         self._logs = []
         if self._resume_pending:
@@ -355,7 +356,7 @@ class Context:
             batch.append(self._resumed_event())
         batch.extend(events)
         if batch:
-            await self._sink.append(batch)
+            await (self._sink.append(batch, alerts) if alerts else self._sink.append(batch))
             self.stats.appends += 1
 
     async def _flush_logs(self) -> None:

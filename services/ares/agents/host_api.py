@@ -22,9 +22,9 @@ The runtime
   * on ``WAITING`` keeps only ``TaskOutcome.waiting`` (signal names, deadline) and runs the
     task again, with a fresh journal, once a ``signal.received`` of one of those names is
     committed or the deadline passes; it gives ``run_task`` the agent's pending signals
-    (``mailbox``: ``signal.received`` not consumed by a ``wait.completed``). A wait for
-    approval (``kind`` approval) also raises an ``approval.requested`` alert with the
-    call's tool and arguments;
+    (``mailbox``: ``signal.received`` not consumed by a ``wait.completed``); publishes the
+    ``alerts`` an append carries (an approval's ``approval.requested``) in the append's
+    transaction;
   * treats any exception out of ``run_task`` as the agent's death (crash), appends
     ``agent.dead`` and resurrects it; the re-run resumes from the journal;
   * runs one task at a time per agent, in assignment order (agent state folded by
@@ -62,7 +62,7 @@ from ares.agents.agent import Agent, Task
 from ares.agents.context import Context, RunStats
 from ares.agents.errors import StepResultError, TaskFailed, TaskPaused
 from ares.agents.journal import TaskJournal, open_tasks, task_journals
-from ares.agents.records import resolution_event
+from ares.agents.records import AgentAlert, resolution_event
 from ares.agents.retry import Clock, SystemClock
 from ares.agents.tools import InDoubtCall, ReconcileRegistry
 from ares.agents.waits import (
@@ -85,11 +85,14 @@ log = logging.getLogger(__name__)
 class AgentSink(Protocol):
     """Where an agent's records go: the runtime's writer for THIS agent's stream."""
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent],
+                     alerts: Sequence[AgentAlert] = ()) -> int:
         """Append atomically and durably (returns once committed); the stream's new version.
-        May raise ``FencedError``, ``TransientError``...: ``run_task`` lets it propagate
-        (a crash: the agent is resurrected and the re-run resumes from the journal). The
-        events are retry-safe (fixed ids): a sink may retry an append it is unsure of."""
+        ``alerts`` go out in the same transaction (the runtime's alerts topic): both or
+        neither. May raise ``FencedError``, ``TransientError``...: ``run_task`` lets it
+        propagate (a crash: the agent is resurrected and the re-run resumes from the
+        journal). The events are retry-safe (fixed ids): a sink may retry an append it is
+        unsure of."""
         ...
 
     def heartbeat(self, progress: str | None = None) -> None:
@@ -251,6 +254,7 @@ def recorded_outcome(task_id: str, journal: TaskJournal) -> TaskOutcome:
 
 __all__ = [
     "APPROVAL",
+    "AgentAlert",
     "AgentServices",
     "AgentSink",
     "FoldedMailbox",

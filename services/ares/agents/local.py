@@ -17,6 +17,7 @@ from ares.agents import records as r
 from ares.agents.agent import Agent, Task
 from ares.agents.host_api import AgentServices, TaskOutcome, run_task
 from ares.agents.journal import TaskJournal, open_tasks
+from ares.agents.records import AgentAlert
 from ares.agents.registry import AgentFactory
 from ares.agents.waits import FoldedMailbox, signal_event
 from ares.events.memory import MemoryEventStore
@@ -39,10 +40,13 @@ class StoreSink:
         self.stream_id = stream_id
         self.on_events = on_events
         self.heartbeats: list[str | None] = []
+        self.alerts: list[AgentAlert] = []  # what went out with the appends
         self.appends = 0
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent],
+                     alerts: Sequence[AgentAlert] = ()) -> int:
         version = await self.store.append(self.stream_id, events)
+        self.alerts.extend(alerts)
         self.appends += 1
         if self.on_events is not None:
             sealed = await self.store.read(self.stream_id, version - len(events) + 1,

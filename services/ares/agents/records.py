@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ares.events.model import NewEvent
@@ -44,6 +45,17 @@ TOOL = "tool"
 WAIT = "wait"  # wait.started / wait.completed (ares.agents.waits)
 
 RESOLUTIONS = ("done", "retry", "skip")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAlert:
+    """An alert that goes out with an append, in the same transaction (``AgentSink``): it
+    is raised exactly when its records are, once (e.g. ``approval.requested``)."""
+
+    kind: str
+    message: str
+    severity: str = "warning"
+    details: Mapping[str, str] = field(default_factory=dict)
 
 
 def position_metadata(position: int) -> dict[str, str]:

@@ -130,7 +130,8 @@ async def wait(ctx: Context, kind: str, name: str, names: tuple[str, ...],
         deadline_at = deadline_of(ctx.services.clock.time())
         started = {**where, "names": list(names), "deadline": deadline_at, **(details or {})}
         await ctx._append([NewEvent(ev.WAIT_STARTED, ctx.module, started,
-                                    r.position_metadata(position))])
+                                    r.position_metadata(position))],
+                          _announcement(ctx, kind, details or {}))
     else:
         started = dict(recorded.wait or {})
     deadline = started.get("deadline")
@@ -143,6 +144,21 @@ async def wait(ctx: Context, kind: str, name: str, names: tuple[str, ...],
     await ctx._append([NewEvent(ev.WAIT_COMPLETED, ctx.module, completed,
                                 r.position_metadata(position))])
     return completed
+
+
+def _announcement(ctx: Context, kind: str,
+                  details: Mapping[str, Any]) -> tuple[r.AgentAlert, ...]:
+    """What a wait's start tells operators: an approval asks them (``approval.requested``,
+    in the transaction that records the request: once, never again on a re-run)."""
+    if kind != APPROVAL:
+        return ()
+    tool = str(details.get("tool"))
+    return (r.AgentAlert(
+        "approval.requested",
+        f"task {ctx.task_id} waits for the approval of {tool!r}: `ares agents signal "
+        f"{ctx.agent_id} approved` (or rejected)",
+        details={"task_id": ctx.task_id, "tool": tool,
+                 "args_json": str(details.get("args_json"))}),)
 
 
 def _outcome(ctx: Context, names: tuple[str, ...],

@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from ares import metrics
-from ares.agents.host_api import APPROVAL, AgentServices, TaskOutcome
+from ares.agents.host_api import AgentServices, TaskOutcome
 from ares.agents.registry import AgentRegistry
 from ares.commands.model import (
     Command,
@@ -299,28 +299,6 @@ class AgentHost:
                           f"resolve with `ares agents resolve {hosted.agent_id} --call ID "
                           "--as done|retry|skip`", severity="critical",
                           details={"task_id": outcome.task_id, "calls": json.dumps(calls)})
-
-    async def on_waiting(self, hosted: HostedAgent, outcome: TaskOutcome) -> None:
-        """A task waits: an approval is announced (``approval.requested``), once per wait
-        in this process — so again by a new owner after a failover: at least once."""
-        state = self.partitions.get(hosted.partition)
-        if state is None:
-            return
-        for wait in outcome.waiting:
-            key = (wait.task_id, wait.name, wait.occurrence)
-            if wait.kind != APPROVAL:
-                continue
-            if hosted.alerted_waits is None:
-                hosted.alerted_waits = set()
-            elif key in hosted.alerted_waits:
-                continue
-            hosted.alerted_waits.add(key)
-            tool = str(wait.details.get("tool"))
-            await self._alert(state, hosted.agent_id, "approval.requested",
-                              f"task {wait.task_id} waits for the approval of {tool!r}: "
-                              f"`ares agents signal {hosted.agent_id} approved` (or rejected)",
-                              details={"task_id": wait.task_id, "tool": tool,
-                                       "args_json": str(wait.details.get("args_json"))})
 
     async def write_snapshot(self, tx: TransactionScope, partition: int,
                               hosted: HostedAgent) -> int:

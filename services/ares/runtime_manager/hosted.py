@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ares.agents.agent import Agent
 from ares.agents.host_api import (
+    AgentAlert,
     AgentServices,
     FoldedMailbox,
     OutcomeStatus,
@@ -25,7 +26,7 @@ from ares.agents.host_api import (
     run_task,
 )
 from ares.errors import FencedError
-from ares.events.kafka.partition_writer import PartitionWriter
+from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent
 from ares.lifecycle import events as ev
 from ares.lifecycle.state import (
@@ -37,6 +38,7 @@ from ares.lifecycle.state import (
     PendingTask,
     fold,
 )
+from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.heartbeats import AgentBeat
 
 # Event types that (re)open or end the wait of a paused task.
@@ -62,9 +64,6 @@ class HostedAgent:
     # which finds its recorded waits again (and their deadlines) in the journal.
     waiting: tuple[Wait, ...] = ()
     wait_timer: asyncio.TimerHandle | None = None
-    # The approval waits this process announced (an alert each); None until the first, so
-    # that an agent that never asks for approval carries no empty set.
-    alerted_waits: set[tuple[str, str, int]] | None = None
     # Why the running incarnation is being cancelled (killed, heartbeat_timeout, stalled):
     # set before the cancel, like the stop flag, so the exit is read as a death.
     kill_cause: str | None = None
@@ -186,14 +185,28 @@ PausedCallback = Callable[["HostedAgent", TaskOutcome], Awaitable[None]]
 class AgentSinkImpl:
     """The SDK's view of the agent's stream: appends go through the partition's writer."""
 
-    def __init__(self, hosted: HostedAgent, writer: PartitionWriter) -> None:
+    def __init__(self, hosted: HostedAgent, writer: PartitionWriter, alerts_topic: str) -> None:
         self._hosted = hosted
         self._writer = writer
+        self._alerts_topic = alerts_topic
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent],
+                     alerts: Sequence[AgentAlert] = ()) -> int:
         if self._writer.fenced:
             raise FencedError(f"partition {self._hosted.partition} moved to another owner")
-        return await self._writer.append(self._hosted.agent_id, events, ANY_VERSION)
+        agent_id = self._hosted.agent_id
+        if not alerts:
+            return await self._writer.append(agent_id, events, ANY_VERSION)
+        records = [alert_record(a.kind, agent_id, a.message, severity=a.severity,
+                                details=a.details) for a in alerts]
+
+        async def work(tx: TransactionScope) -> int:
+            version = await tx.append(agent_id, events, ANY_VERSION)
+            for record in records:
+                await tx.send(self._alerts_topic, record, key=agent_id.encode())
+            return version
+
+        return int(await self._writer.submit(work))
 
     def heartbeat(self, progress: str | None = None) -> None:
         self._hosted.last_progress = time.monotonic()
@@ -202,7 +215,7 @@ class AgentSinkImpl:
 
 
 async def run_open_tasks(hosted: HostedAgent, sink: AgentSinkImpl, services: AgentServices,
-                         on_paused: PausedCallback, on_waiting: PausedCallback) -> None:
+                         on_paused: PausedCallback) -> None:
     """The body of one incarnation: run the open tasks in order, forever.
 
     A task that waits (a signal, a timer) ends its run: only ``hosted.waiting`` remains,
@@ -219,12 +232,12 @@ async def run_open_tasks(hosted: HostedAgent, sink: AgentSinkImpl, services: Age
             hosted.wakeup.clear()
             await hosted.wakeup.wait()
             continue
-        await _run_current(hosted, current, sink, services, mailbox, on_paused, on_waiting)
+        await _run_current(hosted, current, sink, services, mailbox, on_paused)
 
 
 async def _run_current(hosted: HostedAgent, current: PendingTask, sink: AgentSinkImpl,
                        services: AgentServices, mailbox: FoldedMailbox,
-                       on_paused: PausedCallback, on_waiting: PausedCallback) -> None:
+                       on_paused: PausedCallback) -> None:
     """One run of the current task. A function of its own so that nothing of a finished
     run (its outcome, task, input) stays referenced while the agent waits for the next."""
     assert hosted.agent is not None
@@ -238,7 +251,6 @@ async def _run_current(hosted: HostedAgent, current: PendingTask, sink: AgentSin
     elif outcome.status is OutcomeStatus.WAITING:
         hosted.wakeup.clear()
         hosted.wait_on(outcome.waiting)
-        await on_waiting(hosted, outcome)
     elif outcome.from_journal and hosted.lifecycle.current_task == current:
         # Recorded outcome but the task is still open in the fold: cannot happen unless
         # the log is inconsistent; do not spin on it.

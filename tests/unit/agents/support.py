@@ -47,7 +47,7 @@ class MemorySink:
         self.killed: list[Sequence[NewEvent]] = []  # the batches a kill kept from the log
         self.heartbeats: list[str | None] = []
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent], alerts: Sequence[Any] = ()) -> int:
         self.appends += 1
         if self.kill_at is not None and self.appends >= self.kill_at:
             self.killed.append(events)

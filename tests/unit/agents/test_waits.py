@@ -187,6 +187,12 @@ async def test_a_tool_that_needs_approval_runs_only_once_approved(
     assert wait.details["tool"] == "refund"
     assert wait.details["args_json"] == '{"args":[42.0],"kwargs":{}}'
     assert Refunder.refunds == []  # nothing runs before the decision
+    [alert] = rt.sink.alerts  # with the recorded request, in its append
+    assert (alert.kind, alert.details["tool"]) == ("approval.requested", "refund")
+    assert alert.details["args_json"] == wait.details["args_json"]
+    await rt.resurrect()  # a re-run while it waits announces nothing again
+    assert [o.status for o in await rt.run_open_tasks()] == [OutcomeStatus.WAITING]
+    assert len(rt.sink.alerts) == 1
     await rt.signal(signal, {"why": "fraud"} if signal == "rejected" else None)
     [done] = await rt.run_open_tasks()
     assert done.output == expected
@@ -194,6 +200,7 @@ async def test_a_tool_that_needs_approval_runs_only_once_approved(
     await rt.resurrect()  # a re-run after the fact decides the same, calls nothing more
     assert [o.status for o in await rt.run_open_tasks()] == []
     assert Refunder.refunds == calls
+    assert len(rt.sink.alerts) == 1
 
 
 async def test_a_negative_duration_is_refused() -> None:
