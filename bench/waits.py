@@ -350,7 +350,7 @@ class LocalSink:
         self._hosted = hosted
         self._head = StreamHead()
 
-    async def append(self, events: Sequence[NewEvent]) -> int:
+    async def append(self, events: Sequence[NewEvent], alerts: Sequence[Any] = ()) -> int:
         for new in events:
             event, _ = seal_encoded(self._hosted.agent_id, self._head, new,
                                     self._head.version + 1)
@@ -371,7 +371,7 @@ async def _nothing(_hosted: HostedAgent, _outcome: TaskOutcome) -> None:
 async def _supervise(hosted: HostedAgent, sink: LocalSink, services: AgentServices) -> None:
     """The host's supervisor around one incarnation (``supervision.supervise``)."""
     hosted.incarnation_task = asyncio.create_task(
-        run_open_tasks(hosted, sink, services, _nothing, _nothing))  # type: ignore[arg-type]
+        run_open_tasks(hosted, sink, services, _nothing))  # type: ignore[arg-type]
     await hosted.incarnation_task
 
 
