@@ -40,6 +40,11 @@ class FencedError(AresError):
     """This writer lost ownership of its partition: a newer owner fenced it."""
 
 
+class WriterRetired(FencedError):
+    """This writer's producer failed beyond repair: like a fenced one it writes no more, and
+    its partition is taken over again (by its owner, if still assigned) with a new one."""
+
+
 class IntegrityError(AresError):
     """A hash chain is broken, a version is missing or duplicated, or a stream is truncated."""
 

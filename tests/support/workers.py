@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,10 +25,12 @@ from typing import Any
 
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
+from ares.agents.host_api import AgentServices
 from ares.config import Settings
 from ares.events.model import Event
 from ares.events.wire.codec import decode_event
 from ares.examples import evidence
+from ares.runtime_manager.service import RuntimeManager
 from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import admin_client, drain_records
 from tests.support.processes import ares_env
@@ -308,3 +310,18 @@ def summary(samples: Sequence[float]) -> dict[str, Any]:
     return {"n": len(samples), "p50_s": round(percentile(samples, 0.50), 3),
             "p99_s": round(percentile(samples, 0.99), 3),
             "max_s": round(max(samples), 3) if samples else None}
+
+
+@asynccontextmanager
+async def in_process_manager(settings: Settings, topics: TopicPlan,
+                             session_timeout_ms: int = 6000) -> AsyncIterator[RuntimeManager]:
+    """A runtime manager in the test's own process, once it owns its partitions: for tests
+    that reach into its owner (a rebalance by hand, a broken producer)."""
+    manager = RuntimeManager(settings, topics, services=AgentServices(),
+                             session_timeout_ms=session_timeout_ms)
+    await manager.start()
+    try:
+        await asyncio.wait_for(manager.owner.ready.wait(), 60)
+        yield manager
+    finally:
+        await manager.stop()

@@ -314,6 +314,7 @@ class PartitionOwner:
             batches = await self._consumer.getmany(timeout_ms=200)
             self._record_lag()
             await self._retry_takeovers()
+            await self._renew_writers()
             if not batches:
                 continue
             async with self._lock:
@@ -326,6 +327,40 @@ class PartitionOwner:
             high, done = self._consumer.highwater(tp), self._handled.get(tp.partition)
             if high is not None and done is not None:
                 metrics.CONSUMER_LAG.labels(str(tp.partition)).set(max(high - done, 0))
+
+    async def _renew_writers(self) -> None:
+        """Take over again every owned partition whose writer's producer broke although no
+        command has found out yet: one retired while an agent appended (a resurrection, a
+        step) would otherwise leave its partition dead until a command came. A writer
+        fenced by another owner is left to the rebalance (or the next command): taking its
+        partition back now would fence the new owner while the group reassigns."""
+        if not any(writer.retired for writer in self.writers.values()):
+            return
+        async with self._lock:
+            for partition, writer in list(self.writers.items()):
+                if writer.retired:
+                    log.warning("partition %d: its writer's producer broke; taking the "
+                                "partition over again with a new one", partition)
+                    await self._renew_writer(
+                        TopicPartition(self.commands_topic, partition), None)
+            self._count_partitions()
+
+    async def _renew_writer(self, tp: TopicPartition, redo_from: int | None) -> None:
+        """Drop ``tp``'s writer that can no longer write (fenced, or its producer retired)
+        and, while the partition is still ours, take it over again, which fences whoever
+        wrote meanwhile and starts a new producer; ``redo_from``: the command offset the
+        failed batch began at, read again."""
+        if (writer := self.writers.pop(tp.partition, None)) is not None:
+            await self.host.release_partition(tp.partition)
+            await self.schedules.release(tp.partition)
+            await writer.stop()
+        assert self._consumer is not None
+        if tp in self._consumer.assignment() and self._scanner is not None:
+            # Still ours (we were expelled and came back with a stale warm writer, or our
+            # producer broke): take it over again, and redo the batch.
+            if redo_from is not None:
+                self._consumer.seek(tp, redo_from)
+            await self._take_over(tp.partition)
 
     async def _process(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         writer = self.writers.get(tp.partition)
@@ -340,19 +375,9 @@ class PartitionOwner:
         try:
             await writer.submit(work)
             self._handled[tp.partition] = records[-1].offset + 1
-        except FencedError:
-            log.warning("fenced on %s: another owner took partition %d over", tp.topic,
-                        tp.partition)
-            self.writers.pop(tp.partition, None)
-            await self.host.release_partition(tp.partition)
-            await self.schedules.release(tp.partition)
-            await writer.stop()
-            assert self._consumer is not None
-            if tp in self._consumer.assignment() and self._scanner is not None:
-                # Still ours (we were expelled and came back with a stale warm writer):
-                # take it over again, fencing whoever held it meanwhile, and redo the batch.
-                self._consumer.seek(tp, records[0].offset)
-                await self._take_over(tp.partition)
+        except FencedError as exc:
+            log.warning("partition %d: its writer can no longer write (%s)", tp.partition, exc)
+            await self._renew_writer(tp, records[0].offset)
         except AresError as exc:
             # Nothing of the transaction is visible and no offset was committed: redo it.
             log.warning("transaction on partition %d failed (%s); retrying the batch",

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from ares.agents.host_api import AgentServices
 from ares.client import Client
 from ares.config import Settings
 from ares.errors import FencedError
@@ -26,7 +25,6 @@ from ares.events.kafka.reader import PartitionScanner
 from ares.events.kafka.store import open_writer
 from ares.events.model import ANY_VERSION, Event, NewEvent
 from ares.lifecycle.genealogy import genealogy
-from ares.runtime_manager.service import RuntimeManager
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics, temp_topics
 from tests.support.workers import (
@@ -37,6 +35,7 @@ from tests.support.workers import (
     fleet_events,
     has,
     host_of,
+    in_process_manager,
     summary,
     wait_fleet,
     wait_group,
@@ -311,21 +310,15 @@ async def test_agents_resumed_after_a_rebalance_do_not_redo_recorded_steps(
     settings = Settings(kafka_bootstrap=kafka_bootstrap,
                         topic_prefix=f"wd-{uuid.uuid4().hex[:8]}.", request_timeout_s=30.0)
     agents = [f"reb-{i:02d}" for i in range(10)]
-    async with applied_topics(settings, partitions=1) as topics:
-        manager = RuntimeManager(settings, topics, services=AgentServices(),
-                                 session_timeout_ms=6000)
-        await manager.start()
-        try:
-            await asyncio.wait_for(manager.owner.ready.wait(), 60)
-            await start_fleet(settings, topics, agents, {"steps": 60, "step_ms": 5})
-            for _ in range(15):
-                await asyncio.sleep(0.1)
-                await manager.owner.on_revoked({0})
-                await manager.owner.on_assigned({0})
-            fleet = await wait_fleet(settings, topics, agents, has("task.completed"), 60,
-                                     "done with their task")
-        finally:
-            await manager.stop()
+    async with (applied_topics(settings, partitions=1) as topics,
+                in_process_manager(settings, topics) as manager):
+        await start_fleet(settings, topics, agents, {"steps": 60, "step_ms": 5})
+        for _ in range(15):
+            await asyncio.sleep(0.1)
+            await manager.owner.on_revoked({0})
+            await manager.owner.on_assigned({0})
+        fleet = await wait_fleet(settings, topics, agents, has("task.completed"), 60,
+                                 "done with their task")
     assert_streams_intact(fleet, agents)
     for agent in agents:
         steps = [str(e.payload["name"]) for e in fleet[agent] if e.type == "llm.call"]

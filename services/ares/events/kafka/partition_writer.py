@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from ares import metrics
-from ares.errors import AresError, FencedError, RecordTooLargeError
+from ares.errors import AresError, FencedError, RecordTooLargeError, WriterRetired
 from ares.events.kafka.batch_future import BatchFuture, wake
 from ares.events.kafka.errors import translate
 from ares.events.model import NewEvent, utc_now
@@ -267,7 +267,13 @@ class PartitionWriter:
 
     @property
     def fenced(self) -> bool:
+        """Whether this writer writes no more: fenced by a newer owner, or retired."""
         return self._fenced is not None
+
+    @property
+    def retired(self) -> bool:
+        """Whether its own producer broke beyond repair (no other owner is involved)."""
+        return isinstance(self._fenced, WriterRetired)
 
     async def submit(self, work: WorkItem) -> Any:
         """Run ``work`` inside the next transaction; its result once that commits."""
@@ -316,8 +322,7 @@ class PartitionWriter:
                         queued.set_exception(
                             AresError(f"append failed: {type(exc).__name__}: {exc}"))
                     self._begun = False
-                    with contextlib.suppress(Exception):  # whatever it left open is void
-                        await self.producer.abort_transaction()
+                    await self._abort_or_retire(exc)
 
     async def _begin_ahead(self) -> None:
         """Begin the next transaction while there is nothing to do.
@@ -424,7 +429,29 @@ class PartitionWriter:
             log.warning("writer of %s/%d fenced: a newer owner took over", self.topic,
                         self.partition)
         else:
-            with contextlib.suppress(KafkaError):
-                await self.producer.abort_transaction()
+            await self._abort_or_retire(exc)
         for queued in batch:
             queued.set_exception(error)
+
+    async def _abort_or_retire(self, cause: BaseException) -> None:
+        """Abort the failed transaction; a producer that cannot even abort is retired.
+
+        aiokafka turns an error it does not expect from the coordinator (an ``UnknownError``
+        answering EndTxn while a broker restarts) into a fatal producer state: from then on
+        every begin and abort raises, and a writer that kept it failed every append of its
+        partition forever. Like the Java client's fatal errors, the only way on is a new
+        producer: the retired writer reports itself fenced, and its owner takes the
+        partition over again with a new one, whose initialisation aborts whatever this one
+        left open.
+        """
+        try:
+            await self.producer.abort_transaction()
+        except KafkaError:
+            return  # the broker refused the abort: the next transaction's begin says more
+        except Exception as exc:
+            self._fenced = WriterRetired(
+                f"the producer of {self.topic}/{self.partition} can no longer write "
+                f"({type(cause).__name__}: {cause}; its abort failed: {exc}): the partition "
+                "is taken over again with a new one")
+            metrics.TRANSACTIONS.labels("retired").inc()
+            log.error("writer of %s/%d retired: %s", self.topic, self.partition, self._fenced)
