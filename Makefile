@@ -52,8 +52,9 @@ down: install  ## stop them
 lint: install  ## ruff
 	$(BIN)/ruff check services tests $(wildcard bench) $(wildcard scripts) setup.py
 
-typecheck: install  ## mypy --strict on the package
+typecheck: install  ## mypy --strict on the package and the benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 test: up lint typecheck unit-pure  ## THE test command: infrastructure, ruff, mypy, the whole pytest suite
 	$(BIN)/pytest -ra

@@ -95,7 +95,7 @@ async def _idle_agent_bytes(count: int) -> int:
         lifecycle = AgentLifecycle(agent_id, kind="example.chat", status=Status.RUNNING,
                                    incarnation=1, version=3)
         entry = HostedAgent(agent_id, i % 12, lifecycle, agent=ChatAgent(agent_id, {}))
-        entry.supervisor = asyncio.create_task(entry.wakeup.wait())
+        entry.supervisor = asyncio.create_task(_parked(entry.wakeup))
         hosted.append(entry)
     await asyncio.sleep(0)  # every task parked on its event
     used = tracemalloc.get_traced_memory()[0] - before
@@ -116,3 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 if __name__ == "__main__":
     cli(__doc__.splitlines()[0], run, add_arguments)
+
+
+async def _parked(wakeup: asyncio.Event) -> None:
+    """An idle incarnation's supervisor: parked on its agent's wake-up event."""
+    await wakeup.wait()
