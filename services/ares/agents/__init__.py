@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from ares.agents.agent import Agent, Task
 from ares.agents.context import Context, RunStats
+from ares.agents.delegation import Child, Delegation
 from ares.agents.errors import (
     AgentConfigError,
     AgentRegistryError,
+    ChildFailed,
     ContextClosedError,
     NonDeterminismError,
     Rejected,
@@ -24,6 +26,7 @@ from ares.agents.errors import (
     ToolCallFailed,
     ToolSkipped,
     UnknownAgentKindError,
+    ValidationFailed,
     WaitTimeout,
 )
 from ares.agents.host_api import AgentServices, OutcomeStatus, TaskOutcome
@@ -39,9 +42,12 @@ __all__ = [
     "AgentRegistry",
     "AgentRegistryError",
     "AgentServices",
+    "Child",
+    "ChildFailed",
     "Clock",
     "Context",
     "ContextClosedError",
+    "Delegation",
     "Effect",
     "InDoubtCall",
     "LocalRuntime",
@@ -61,6 +67,7 @@ __all__ = [
     "ToolCallFailed",
     "ToolSkipped",
     "UnknownAgentKindError",
+    "ValidationFailed",
     "WaitTimeout",
     "build_registry",
     "load_registry",

@@ -16,12 +16,14 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ares.agents import delegation
 from ares.agents import records as r
+from ares.agents.delegation import Child, Delegation
 from ares.agents.errors import (
     ContextClosedError,
     NonDeterminismError,
@@ -159,7 +161,8 @@ class Context:
 
     async def llm(self, name: str, prompt: str, model: str | None = None, *,
                   provider: LlmProvider | None = None, retry: RetryPolicy | None = None,
-                  fallback: Any = MISSING, **params: Any) -> Any:
+                  fallback: Any = MISSING, validate: Callable[[str], Any] | None = None,
+                  retries: int = 0, **params: Any) -> Any:
         """Call the LLM once and record prompt hash, model, output and tokens; returns the
         completion text. A re-run returns the recorded text and spends no tokens.
 
@@ -167,10 +170,29 @@ class Context:
         provider (``temperature``, ``max_tokens``...). Default retry: 4 attempts with
         exponential backoff on ``LlmUnavailableError`` (rate limits, timeouts, 5xx).
         A changed prompt on replay is a ``NonDeterminismError``.
+
+        ``validate(text)`` (sync or async) accepts the completion by returning the value
+        the call returns (JSON-able; ``None`` returns the text itself) or rejects it by raising
+        (any ``Exception``; ``ValidationFailed`` says so). ``retries=N``: up to N more
+        attempts after a rejected completion, or after the provider gave up for good on
+        a retriable error. Every attempt is recorded (``llm.call`` with its tokens, paid
+        even when rejected, and its ``llm.validation`` verdict with the accepted value); a
+        re-run replays the recorded attempts, calling neither the provider nor
+        ``validate`` again, and returns the recorded value. No attempt passes: the
+        ``fallback`` (recorded), or ``StepFailed`` with the last attempt's error. The call
+        takes N+1 positions and occurrences of ``name`` (see ``ares.agents.llm_call``).
+        ``validate`` must not call ``ctx``.
         """
         if not isinstance(prompt, str):
             raise TypeError(f"ctx.llm({name!r}): prompt must be a str, got "
                             f"{type(prompt).__name__}")
+        if validate is not None or retries != 0:
+            from ares.agents.llm_call import validated_llm
+
+            return await validated_llm(self, name, prompt, model,
+                                       provider=provider or self.services.llm,
+                                       policy=retry or LLM_DEFAULT_RETRY, validate=validate,
+                                       retries=retries, fallback=fallback, params=params)
         position, occurrence, recorded = self._begin(r.LLM, name)
         digest = prompt_hash(prompt)
         if recorded is not None:
@@ -269,6 +291,40 @@ class Context:
         deadline = when.timestamp()
         await wait(self, TIMER, name, (), lambda now: deadline)
 
+    async def delegate(self, name: str, kind: str, input: Any = None, *,
+                       agent_id: str | None = None, config: Mapping[str, Any] | None = None,
+                       on_parent_stop: str = "stop",
+                       timeout: timedelta | float | None = None) -> Child:  # noqa: ASYNC109
+        """Give a sub-task to another agent: start the child (kind ``kind``, id ``agent_id``
+        or one derived from this agent, the call's position and ``name``) and assign it
+        ``input``; returns the ``Child`` at once (``await child.result()`` waits for it).
+
+        Recorded: a re-run returns the same child without dispatching again. The start
+        and the assignment go out in the transaction that records the dispatch, and none
+        after this agent's stop is recorded. ``on_parent_stop``: ``"stop"`` (this agent's
+        stop or quarantine stops the child) or ``"detach"``. ``timeout`` (seconds or a
+        ``timedelta``, fixed at the dispatch): past it the child's result is a
+        ``ChildFailed`` with cause ``timeout`` (the child itself is not stopped).
+        """
+        return await delegation.delegate(self, name, kind, input, agent_id=agent_id,
+                                         config=config, on_parent_stop=on_parent_stop,
+                                         timeout=timeout)
+
+    async def gather(self, *children: Child, return_exceptions: bool = False) -> list[Any]:
+        """The outputs of ``children``, in their order, once all have an outcome; the first
+        ``ChildFailed`` (in that order) is raised, or with ``return_exceptions=True`` put
+        in its place. Outcomes are consumed in the order they arrive, and recorded."""
+        return await delegation.gather(self, children, return_exceptions=return_exceptions)
+
+    async def delegate_many(self, delegations: Iterable[Delegation], *,
+                            max_parallel: int = 4,
+                            return_exceptions: bool = False) -> list[Any]:
+        """Dispatch every ``Delegation`` with at most ``max_parallel`` children running at a
+        time (the next goes out when one finishes) and return their outputs in order, as
+        ``gather`` does. Every dispatch and every outcome is recorded."""
+        return await delegation.delegate_many(self, delegations, max_parallel=max_parallel,
+                                              return_exceptions=return_exceptions)
+
     async def _approve(self, tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         details = {"tool": tool, "args_json": r.to_json_value(r.lenient_json(
             {"args": list(args), "kwargs": kwargs}))[1]}
@@ -296,14 +352,24 @@ class Context:
 
     # -- internals shared with ToolCall and run_task --------------------------------------
 
-    def _begin(self, kind: str, name: str) -> tuple[int, int, RecordedCall | None]:
+    def _begin(self, kind: str, name: str,
+               span: int = 1) -> tuple[int, int, RecordedCall | None]:
+        """Take the call's position and occurrence of ``name`` and ask the journal for its
+        record. ``span`` > 1 takes as many consecutive ones (the attempts of a validated
+        ``ctx.llm``); the later ones are claimed one by one with ``_expect``."""
         self._check_open()
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {kind} needs a non-empty name (got {name!r})")
         position = self._next_position
-        self._next_position += 1
+        self._next_position += span
         occurrence = self._occurrences.get(name, 0)
-        self._occurrences[name] = occurrence + 1
+        self._occurrences[name] = occurrence + span
+        return position, occurrence, self._expect(kind, name, position, occurrence)
+
+    def _expect(self, kind: str, name: str, position: int,
+                occurrence: int) -> RecordedCall | None:
+        """The journal's record for a position ``_begin`` took (marked replayed), or None."""
+        self._check_open()
         try:
             recorded = self._journal.expect(position, kind, name, occurrence)
         except NonDeterminismError as e:
@@ -312,7 +378,7 @@ class Context:
             self._consumed.add(position)
         else:
             self._sink.heartbeat(f"{kind} {name}")
-        return position, occurrence, recorded
+        return recorded
 
     def _check_open(self) -> None:
         if self._closed:
@@ -429,19 +495,23 @@ class Context:
         raise _step_failed(failure)
 
     def _replay_llm(self, recorded: RecordedCall, position: int, digest: str) -> Any:
-        payload = recorded.llm or recorded.failure or {}
-        if payload.get("prompt_hash", digest) != digest:
-            self._derail(NonDeterminismError(
-                self.task_id, position,
-                f"{recorded.describe()} with prompt sha256 {str(payload['prompt_hash'])[:12]}",
-                f"requested it with a different prompt (sha256 {digest[:12]})",
-                ": the prompt must be built only from the task input and step results"))
+        self._check_prompt(recorded, position, digest)
         if recorded.llm is None:
             return self._replay_failure(recorded)
         self.stats.reused_llm_calls += 1
         self.stats.reused_prompt_tokens += r.int_field(recorded.llm, "prompt_tokens")
         self.stats.reused_completion_tokens += r.int_field(recorded.llm, "completion_tokens")
         return recorded.result
+
+    def _check_prompt(self, recorded: RecordedCall, position: int, digest: str) -> None:
+        """A recorded llm call replays only for the prompt it was recorded with."""
+        payload = recorded.llm or recorded.validation or recorded.failure or {}
+        if payload.get("prompt_hash", digest) != digest:
+            self._derail(NonDeterminismError(
+                self.task_id, position,
+                f"{recorded.describe()} with prompt sha256 {str(payload['prompt_hash'])[:12]}",
+                f"requested it with a different prompt (sha256 {digest[:12]})",
+                ": the prompt must be built only from the task input and step results"))
 
 
 def _seconds(value: timedelta | float | None, what: str) -> float | None:

@@ -76,6 +76,12 @@ class StepFailed(TaskFailed):
         self.attempts = attempts
 
 
+class ValidationFailed(ValueError):
+    """Raise from a ``ctx.llm(..., validate=fn)`` validator to reject a completion: the
+    message says why. It is recorded (``llm.validation``) and, when no attempt passes, is
+    the error of the ``StepFailed`` (any exception rejects; this one says so on purpose)."""
+
+
 class StepResultError(TaskFailed):
     """A step's result (or a task's output) cannot be recorded: it is not JSON-able."""
 
@@ -169,3 +175,20 @@ class Rejected(TaskFailed):
         self.task_id = task_id
         self.tool = tool
         self.payload = payload
+
+
+class ChildFailed(TaskFailed):
+    """A delegated sub-task did not complete: the child's task failed, the child was
+    stopped or quarantined, or it exceeded its timeout (``cause``: failed | stopped |
+    quarantined | timeout). Recorded like any outcome: a re-run raises it again from the
+    journal. Catch it to retry with another agent, fall back, or let the task fail."""
+
+    def __init__(self, child_id: str, cause: str, error: str = "",
+                 error_type: str | None = None, task_id: str | None = None) -> None:
+        detail = f": {error_type + ': ' if error_type else ''}{error}" if error else ""
+        super().__init__(f"child {child_id!r} {cause}{detail}")
+        self.child_id = child_id
+        self.cause = cause
+        self.error = error
+        self.error_type = error_type
+        self.task_id = task_id  # the child's task

@@ -60,6 +60,7 @@ from typing import Any, Protocol
 from ares.agents import records as r
 from ares.agents.agent import Agent, Task
 from ares.agents.context import Context, RunStats
+from ares.agents.delegation import outcome_payload
 from ares.agents.errors import StepResultError, TaskFailed, TaskPaused
 from ares.agents.journal import TaskJournal, open_tasks, task_journals
 from ares.agents.records import AgentAlert, resolution_event
@@ -266,6 +267,7 @@ __all__ = [
     "TaskOutcome",
     "Wait",
     "open_tasks",
+    "outcome_payload",
     "recorded_outcome",
     "resolution_event",
     "run_task",

@@ -60,9 +60,10 @@ class RecordedCall:
     occurrence: int
     position: int
     completed: bool = False
-    result: Any = None  # step: decoded result; llm: output text
+    result: Any = None  # step: decoded result; llm: output text; delegate: the dispatch
     llm: Mapping[str, Any] | None = None  # the llm.call payload
     failure: Mapping[str, Any] | None = None  # the step.failed payload
+    validation: Mapping[str, Any] | None = None  # llm: the llm.validation payload (a verdict)
     attempts: list[ToolAttempt] = field(default_factory=list)
     wait: Mapping[str, Any] | None = None  # the wait.started payload (result: wait.completed)
 
@@ -173,8 +174,8 @@ class _Builder:
             self.settle(event)
             return
         if t not in (ev.TASK_ASSIGNED, ev.TASK_COMPLETED, ev.TASK_FAILED, r.STEP_COMPLETED,
-                     r.LLM_CALL, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED,
-                     ev.WAIT_STARTED, ev.WAIT_COMPLETED):
+                     r.LLM_CALL, r.LLM_VALIDATION, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED,
+                     ev.WAIT_STARTED, ev.WAIT_COMPLETED, ev.DELEGATION_DISPATCHED):
             return
         journal = self.journal(p.get("task_id"))
         if journal is None:
@@ -191,6 +192,8 @@ class _Builder:
         elif t == r.LLM_CALL:
             call = self.call(journal, event, r.LLM, str(p["name"]))
             call.completed, call.result, call.llm = True, p["output"], p
+        elif t == r.LLM_VALIDATION:  # with its attempt's llm.call (none: the provider gave up)
+            self.call(journal, event, r.LLM, str(p["name"])).validation = p
         elif t == r.STEP_FAILED:
             call = self.call(journal, event, str(p.get("kind", r.STEP)), str(p["step_name"]))
             call.failure = p
@@ -198,6 +201,9 @@ class _Builder:
             self.call(journal, event, r.WAIT, str(p.get("name"))).wait = p
         elif t == ev.WAIT_COMPLETED:
             call = self.call(journal, event, r.WAIT, str(p.get("name")))
+            call.completed, call.result = True, p
+        elif t == ev.DELEGATION_DISPATCHED:
+            call = self.call(journal, event, r.DELEGATE, str(p.get("name")))
             call.completed, call.result = True, p
         else:  # tool.call.intent
             call = self.call(journal, event, r.TOOL, str(p["tool"]))

@@ -1,8 +1,9 @@
 """The events the SDK appends, in one place: their types and payload shapes.
 
 Typed payloads (``ares.v1.Event`` records) carry exactly their record's fields; the SDK's
-own event types (``step.failed``, ``task.resumed``, ``tool.call.resolved``, ``agent.log``)
-are JSON payloads whose shapes are documented here and in docs/sdk.md.
+own event types (``step.failed``, ``llm.validation``, ``task.resumed``,
+``tool.call.resolved``, ``agent.log``) are JSON payloads whose shapes are documented here and
+in docs/sdk.md.
 
 Every recorded call (step, llm, tool intent, step failure) carries its position in the
 handler's sequence of calls as metadata ``ares.position`` (a decimal string): replay matches
@@ -32,17 +33,21 @@ TOOL_FAILED = "tool.call.failed"
 TOOL_IN_DOUBT = "tool.in_doubt"
 # JSON payloads defined by the SDK.
 STEP_FAILED = "step.failed"
+LLM_VALIDATION = "llm.validation"  # the verdict on one attempt of a validated ctx.llm
 TASK_RESUMED = "task.resumed"
 TOOL_RESOLVED = "tool.call.resolved"
 AGENT_LOG = "agent.log"
 
 POSITION_KEY = "ares.position"
+# On the records of one attempt of a ctx.llm with validate/retries: its number (1-based).
+ATTEMPT_KEY = "ares.attempt"
 
 # The kinds of recorded calls; a position holds exactly one.
 STEP = "step"
 LLM = "llm"
 TOOL = "tool"
 WAIT = "wait"  # wait.started / wait.completed (ares.agents.waits)
+DELEGATE = "delegate"  # delegation.dispatched (ares.agents.delegation)
 
 RESOLUTIONS = ("done", "retry", "skip")
 

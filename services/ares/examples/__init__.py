@@ -7,7 +7,10 @@ from ares.agents.registry import AgentRegistry
 from ares.examples.chat import ChatAgent
 from ares.examples.pipeline import PipelineAgent
 from ares.examples.refund import RefundAgent
+from ares.examples.team import Distiller, Researcher, TeamLeader
 
-REGISTRY = AgentRegistry([PipelineAgent, ChatAgent, RefundAgent], source="built-in examples")
+REGISTRY = AgentRegistry([PipelineAgent, ChatAgent, RefundAgent, TeamLeader, Researcher,
+                          Distiller], source="built-in examples")
 
-__all__ = ["REGISTRY", "ChatAgent", "PipelineAgent", "RefundAgent"]
+__all__ = ["REGISTRY", "ChatAgent", "Distiller", "PipelineAgent", "RefundAgent", "Researcher",
+           "TeamLeader"]

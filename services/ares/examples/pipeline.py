@@ -38,7 +38,7 @@ class InjectedCrash(RuntimeError):
     """The crash ``fail_at`` asks for (a bug, as far as the runtime can tell)."""
 
 
-class _Witnessed:
+class Witnessed:
     """Wraps the provider of one step: a completed real execution leaves a ledger line."""
 
     def __init__(self, inner: OfflineProvider, line: dict[str, Any]) -> None:
@@ -115,7 +115,7 @@ class PipelineAgent(Agent):
             line = {"agent_id": self.agent_id, "task_id": task.task_id, "step": i,
                     "incarnation": ctx.incarnation}
             text = await ctx.llm(f"step-{i}", prompt=f"Step {i}. Continue from: {text}",
-                                 provider=_Witnessed(provider, line))
+                                 provider=Witnessed(provider, line))
             digest.update(text.encode())
         sent = None
         if email:

@@ -24,7 +24,21 @@ SIGNAL_RECEIVED = "signal.received"
 WAIT_STARTED = "wait.started"
 WAIT_COMPLETED = "wait.completed"
 
+# Teams (JSON payloads; docs/sdk.md "Teams"). On the parent's stream: the SDK appends
+# delegation.dispatched when a handler delegates (the child's agent.start and task.assign go
+# out in the same transaction); the runtime manager appends delegation.stopped when the
+# parent's stop stops its children. On the child's stream: the runtime manager appends
+# task.delegated after a delegated task.assigned (the link back to the parent), and
+# delegation.reported once the child's outcome is on its way to the parent (an
+# agent.signal in the same transaction).
+DELEGATION_DISPATCHED = "delegation.dispatched"
+DELEGATION_STOPPED = "delegation.stopped"
+TASK_DELEGATED = "task.delegated"
+DELEGATION_REPORTED = "delegation.reported"
+
 LIFECYCLE_TYPES = frozenset({AGENT_STARTED, AGENT_STOPPED, AGENT_DEAD, AGENT_RESURRECTING,
                              AGENT_RESURRECTED, AGENT_QUARANTINED, AGENT_RESUMED})
 TASK_TYPES = frozenset({TASK_ASSIGNED, TASK_COMPLETED, TASK_FAILED})
 WAIT_TYPES = frozenset({SIGNAL_RECEIVED, WAIT_STARTED, WAIT_COMPLETED})
+DELEGATION_TYPES = frozenset({DELEGATION_DISPATCHED, DELEGATION_STOPPED, TASK_DELEGATED,
+                              DELEGATION_REPORTED})

@@ -64,10 +64,75 @@ from ares.lifecycle.transitions import Status
 class PendingTask:
     task_id: str
     input_json: str = "null"
+    parent: ParentLink | None = None  # a delegated task: where its outcome goes
 
     @property
     def input(self) -> Any:
         return json.loads(self.input_json)
+
+
+@dataclass(frozen=True, slots=True)
+class ParentLink:
+    """Where a delegated task's outcome goes (``task.delegated``): the signal ``signal`` of
+    ``agent_id``'s task ``task_id``; ``on_stop`` is the parent's stop policy for it."""
+
+    agent_id: str
+    task_id: str
+    signal: str
+    on_stop: str = "stop"
+
+    def to_json(self) -> list[str]:
+        return [self.agent_id, self.task_id, self.signal, self.on_stop]
+
+    @classmethod
+    def from_json(cls, data: Any) -> ParentLink:
+        agent_id, task_id, signal, on_stop = (str(v) for v in data)
+        return cls(agent_id, task_id, signal, on_stop)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLink:
+    """A child a task of this agent delegated to (``delegation.dispatched``) whose outcome
+    has not come back yet."""
+
+    child_id: str
+    task_id: str  # the parent's task
+    child_task_id: str
+    signal: str
+    on_parent_stop: str = "stop"
+
+    def to_json(self) -> list[str]:
+        return [self.child_id, self.task_id, self.child_task_id, self.signal,
+                self.on_parent_stop]
+
+    @classmethod
+    def from_json(cls, data: Any) -> ChildLink:
+        child_id, task_id, child_task_id, signal, policy = (str(v) for v in data)
+        return cls(child_id, task_id, child_task_id, signal, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A delegated task's outcome owed to its parent (until ``delegation.reported``):
+    ``status`` is completed | failed | stopped | quarantined."""
+
+    task_id: str
+    parent: ParentLink
+    status: str
+    output_json: str = "null"
+    error_type: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "parent": self.parent.to_json(),
+                "status": self.status, "output_json": self.output_json,
+                "error_type": self.error_type, "error": self.error}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        return cls(_req(data, "task_id", str), ParentLink.from_json(data["parent"]),
+                   _req(data, "status", str), _req(data, "output_json", str),
+                   _opt(data, "error_type", str), _opt(data, "error", str))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +207,11 @@ class AgentLifecycle:
     signals: tuple[PendingSignal, ...] = ()
     consumed_signals: frozenset[str] = frozenset()
     waiting: WaitingFor | None = None
+    # Teams: the agent that delegated the latest delegated task; the children whose
+    # outcome has not come back; the outcomes owed to parents (the host sends them).
+    parent_id: str | None = None
+    children: tuple[ChildLink, ...] = ()
+    reports: tuple[Report, ...] = ()
     # -- in-process flags, not derived from events (see the module docstring) ----------
     stop_requested: bool = False
     resurrecting: bool = False
@@ -170,14 +240,27 @@ class AgentLifecycle:
             "quarantine_reason": self.quarantine_reason, "started_at": self.started_at,
             "last_event_time": self.last_event_time, "last_event_type": self.last_event_type,
             "version": self.version, "snapshot_version": self.snapshot_version,
-            "pending_tasks": [[t.task_id, t.input_json] for t in self.pending_tasks],
+            "pending_tasks": [[t.task_id, t.input_json] if t.parent is None
+                              else [t.task_id, t.input_json, t.parent.to_json()]
+                              for t in self.pending_tasks],
             "tasks_assigned": self.tasks_assigned, "tasks_completed": self.tasks_completed,
             "tasks_failed": self.tasks_failed, "finished_tasks": sorted(self.finished_tasks),
             "signals": [[g.signal_id, g.name, g.payload_json, g.received_at]
                         for g in self.signals],
             "consumed_signals": sorted(self.consumed_signals),
             "waiting": None if self.waiting is None else self.waiting.to_json(),
+            "parent_id": self.parent_id,
+            "children": [c.to_json() for c in self.children],
+            "reports": [r.to_json() for r in self.reports],
         }
+
+    @property
+    def stops_owed(self) -> tuple[ChildLink, ...]:
+        """The children a stopped or quarantined agent must still stop (its delegations
+        with the ``stop`` policy whose outcome has not come back)."""
+        if self.status not in (Status.STOPPED, Status.QUARANTINED):
+            return ()
+        return tuple(c for c in self.children if c.on_parent_stop == STOP_CHILDREN)
 
     def knows_signal(self, signal_id: str) -> bool:
         """Whether a signal with this id was received already (pending or consumed)."""
@@ -202,8 +285,7 @@ class AgentLifecycle:
                 last_event_type=_opt(data, "last_event_type", str),
                 version=_req(data, "version", int),
                 snapshot_version=_req(data, "snapshot_version", int),
-                pending_tasks=tuple(PendingTask(str(i), str(j))
-                                    for i, j in _req(data, "pending_tasks", list)),
+                pending_tasks=tuple(_pending_task(t) for t in _req(data, "pending_tasks", list)),
                 tasks_assigned=_req(data, "tasks_assigned", int),
                 tasks_completed=_req(data, "tasks_completed", int),
                 tasks_failed=_req(data, "tasks_failed", int),
@@ -214,10 +296,20 @@ class AgentLifecycle:
                 consumed_signals=frozenset(str(i) for i in data.get("consumed_signals", [])),
                 waiting=(None if data.get("waiting") is None
                          else WaitingFor.from_json(data["waiting"])),
+                # Absent from the snapshots of releases before teams: none then.
+                parent_id=_opt(data, "parent_id", str),
+                children=tuple(ChildLink.from_json(c) for c in data.get("children", [])),
+                reports=tuple(Report.from_json(r) for r in data.get("reports", [])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a lifecycle state: {exc}") from exc
         return state
+
+
+def _pending_task(data: Any) -> PendingTask:
+    task_id, input_json, *parent = data
+    return PendingTask(str(task_id), str(input_json),
+                       ParentLink.from_json(parent[0]) if parent else None)
 
 
 # -- in-process transitions --------------------------------------------------------------
@@ -374,6 +466,7 @@ def _on_started(f: Folder, t: tr.Started, ts: float) -> None:
 
 def _on_stopped(f: Folder, t: tr.Stopped, ts: float) -> None:
     f.put(status=Status.STOPPED, stop_requested=False, resurrecting=False)
+    _owe_open_delegations(f, "stopped", t.reason)
 
 
 def _on_dead(f: Folder, t: tr.Died, ts: float) -> None:
@@ -397,6 +490,7 @@ def _on_quarantined(f: Folder, t: tr.Quarantined, ts: float) -> None:
     f.put(status=Status.QUARANTINED, resurrecting=False,
           quarantine_reason=t.reason or "unspecified")
     _keep_last_deaths(f, t.deaths)
+    _owe_open_delegations(f, "quarantined", t.reason)
 
 
 def _on_resumed(f: Folder, t: tr.Resumed, ts: float) -> None:
@@ -428,6 +522,7 @@ def _on_task_completed(f: Folder, t: tr.TaskCompleted, ts: float) -> None:
     task_id = t.task_id
     if task_id is None or task_id in f.finished:
         return
+    _owe_report(f, task_id, "completed", output_json=t.output_json or "null")
     _drop_pending(f, task_id)
     f.finished.add(task_id)
     f.put(tasks_completed=f.get("tasks_completed") + 1)
@@ -437,6 +532,7 @@ def _on_task_failed(f: Folder, t: tr.TaskFailed, ts: float) -> None:
     task_id = t.task_id
     if task_id is None or task_id in f.finished:
         return
+    _owe_report(f, task_id, "failed", error_type=t.error_type, error=t.error_message)
     _drop_pending(f, task_id)
     if not t.retriable:  # a retriable failure may be assigned again
         f.finished.add(task_id)
@@ -454,6 +550,15 @@ def _drop_pending(f: Folder, task_id: str) -> None:
 def _on_signal_received(f: Folder, t: tr.SignalReceived, ts: float) -> None:
     if t.signal_id is None or t.name is None:
         return
+    children: tuple[ChildLink, ...] = f.get("children")
+    child = next((c for c in children if c.signal == t.name), None)
+    if child is not None:  # a child's outcome came back
+        f.put(children=tuple(c for c in children if c.signal != t.name))
+        if not any(p.task_id == child.task_id for p in f.pending):
+            # Its task ended without waiting for it (a background child): no wait will
+            # ever consume it, so it is not kept (the agent's ``apply`` still sees it).
+            f.put(consumed_signals=f.get("consumed_signals") | {t.signal_id})
+            return
     signals: tuple[PendingSignal, ...] = f.get("signals")
     if t.signal_id in f.get("consumed_signals") or any(g.signal_id == t.signal_id
                                                        for g in signals):
@@ -483,6 +588,68 @@ def _stop_waiting(f: Folder, task_id: str) -> None:
         f.put(waiting=None)
 
 
+# -- teams -------------------------------------------------------------------------------
+
+STOP_CHILDREN = "stop"  # on_parent_stop: the parent's stop stops the child
+DETACH_CHILDREN = "detach"  # on_parent_stop: the child goes on alone
+
+
+def _on_delegation_dispatched(f: Folder, t: tr.DelegationDispatched, ts: float) -> None:
+    if t.task_id is None or t.child_id is None or t.child_task_id is None or t.signal is None:
+        return
+    children: tuple[ChildLink, ...] = f.get("children")
+    if any(c.signal == t.signal for c in children):
+        return
+    f.put(children=(*children, ChildLink(t.child_id, t.task_id, t.child_task_id, t.signal,
+                                         t.on_parent_stop or STOP_CHILDREN)))
+
+
+def _on_delegation_stopped(f: Folder, t: tr.DelegationStopped, ts: float) -> None:
+    stopped = set(t.children)
+    children: tuple[ChildLink, ...] = f.get("children")
+    f.put(children=tuple(c for c in children if c.child_id not in stopped))
+
+
+def _on_task_delegated(f: Folder, t: tr.TaskDelegated, ts: float) -> None:
+    if t.task_id is None or t.parent_id is None or t.parent_task_id is None or t.signal is None:
+        return
+    link = ParentLink(t.parent_id, t.parent_task_id, t.signal,
+                      t.on_parent_stop or STOP_CHILDREN)
+    for i, task in enumerate(f.pending):
+        if task.task_id == t.task_id:
+            f.pending[i] = replace(task, parent=link)
+            f.put(parent_id=t.parent_id)
+            return
+
+
+def _on_delegation_reported(f: Folder, t: tr.DelegationReported, ts: float) -> None:
+    reports: tuple[Report, ...] = f.get("reports")
+    f.put(reports=tuple(r for r in reports if r.task_id != t.task_id))
+
+
+def _owe_report(f: Folder, task_id: str, status: str, *, output_json: str = "null",
+                error_type: str | None = None, error: str | None = None) -> None:
+    """A delegated task ended (or its agent did): its parent must hear of it."""
+    for task in f.pending:
+        if task.task_id == task_id and task.parent is not None:
+            reports: tuple[Report, ...] = f.get("reports")
+            f.put(reports=(*(r for r in reports if r.task_id != task_id),
+                           Report(task_id, task.parent, status, output_json, error_type,
+                                  error)))
+            return
+
+
+def _owe_open_delegations(f: Folder, status: str, reason: str | None) -> None:
+    """The agent stopped or was quarantined: its open delegated tasks will not finish."""
+    reports: tuple[Report, ...] = f.get("reports")
+    owed = {r.task_id for r in reports}
+    for task in f.pending:
+        if task.parent is not None and task.task_id not in owed:
+            _owe_report(f, task.task_id, status, error_type=status,
+                        error=f"the child agent was {status}"
+                              + (f": {reason}" if reason else ""))
+
+
 def _on_snapshot_taken(f: Folder, t: tr.SnapshotTaken, ts: float) -> None:
     if t.snapshot_version is not None:
         f.put(snapshot_version=t.snapshot_version)
@@ -505,6 +672,10 @@ _HANDLERS: dict[type[Any], Callable[[Folder, Any, float], None]] = {
     tr.SignalReceived: _on_signal_received,
     tr.WaitStarted: _on_wait_started,
     tr.WaitCompleted: _on_wait_completed,
+    tr.DelegationDispatched: _on_delegation_dispatched,
+    tr.DelegationStopped: _on_delegation_stopped,
+    tr.TaskDelegated: _on_task_delegated,
+    tr.DelegationReported: _on_delegation_reported,
 }
 
 
@@ -553,10 +724,35 @@ def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
 
 
 __all__ = [
-    "AGENT_DEAD", "AGENT_QUARANTINED", "AGENT_RESUMED", "AGENT_RESURRECTED",
-    "AGENT_RESURRECTING", "AGENT_STARTED", "AGENT_STOPPED", "LIFECYCLE_TYPES",
-    "SNAPSHOT_TAKEN", "TASK_ASSIGNED", "TASK_COMPLETED", "TASK_FAILED", "AgentLifecycle",
-    "Folder", "PendingSignal", "PendingTask", "Status", "WaitingFor", "clear_resurrecting",
-    "dead_payload", "fold", "fold_all", "from_events", "mark_resurrecting",
-    "mark_stop_requested", "step",
+    "AGENT_DEAD",
+    "AGENT_QUARANTINED",
+    "AGENT_RESUMED",
+    "AGENT_RESURRECTED",
+    "AGENT_RESURRECTING",
+    "AGENT_STARTED",
+    "AGENT_STOPPED",
+    "DETACH_CHILDREN",
+    "LIFECYCLE_TYPES",
+    "SNAPSHOT_TAKEN",
+    "STOP_CHILDREN",
+    "TASK_ASSIGNED",
+    "TASK_COMPLETED",
+    "TASK_FAILED",
+    "AgentLifecycle",
+    "ChildLink",
+    "Folder",
+    "ParentLink",
+    "PendingSignal",
+    "PendingTask",
+    "Report",
+    "Status",
+    "WaitingFor",
+    "clear_resurrecting",
+    "dead_payload",
+    "fold",
+    "fold_all",
+    "from_events",
+    "mark_resurrecting",
+    "mark_stop_requested",
+    "step",
 ]

@@ -119,6 +119,7 @@ class TaskAssigned:
 @dataclass(frozen=True, slots=True)
 class TaskCompleted:
     task_id: str | None
+    output_json: str | None = None
     status: ClassVar[Status | None] = None
 
 
@@ -126,6 +127,8 @@ class TaskCompleted:
 class TaskFailed:
     task_id: str | None
     retriable: bool  # only an explicit True: a retriable failure may be assigned again
+    error_type: str | None = None
+    error_message: str | None = None
     status: ClassVar[Status | None] = None
 
 
@@ -167,9 +170,54 @@ class WaitCompleted:
     status: ClassVar[Status | None] = None
 
 
+@dataclass(frozen=True, slots=True)
+class DelegationDispatched:
+    """``delegation.dispatched`` (the parent's stream): a task of this agent gave
+    ``child_task_id`` to ``child_id``; its outcome comes back as the signal ``signal``."""
+
+    task_id: str | None
+    child_id: str | None
+    child_kind: str | None
+    child_task_id: str | None
+    signal: str | None
+    on_parent_stop: str | None  # stop | detach
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationStopped:
+    """``delegation.stopped`` (the parent's stream): the parent's stop went to ``children``."""
+
+    children: tuple[str, ...]
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDelegated:
+    """``task.delegated`` (the child's stream): task ``task_id`` came from ``parent_id``'s
+    task ``parent_task_id``; its outcome goes back as the signal ``signal``."""
+
+    task_id: str | None
+    parent_id: str | None
+    parent_task_id: str | None
+    signal: str | None
+    on_parent_stop: str | None
+    status: ClassVar[Status | None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationReported:
+    """``delegation.reported`` (the child's stream): the outcome of ``task_id`` went to its
+    parent."""
+
+    task_id: str | None
+    status: ClassVar[Status | None] = None
+
+
 Transition = (Started | Stopped | Died | Resurrecting | Resurrected | Quarantined | Resumed
               | HandedOff | TaskAssigned | TaskCompleted | TaskFailed | SnapshotTaken
-              | SignalReceived | WaitStarted | WaitCompleted)
+              | SignalReceived | WaitStarted | WaitCompleted | DelegationDispatched
+              | DelegationStopped | TaskDelegated | DelegationReported)
 # The transitions after which no incarnation runs until a restart (the agent's life ended).
 ENDINGS = (Stopped, Died, Quarantined)
 # The transitions that (re)open the agent's life.
@@ -215,8 +263,9 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Transition]] = {
     ev.AGENT_RESUMED: lambda p: Resumed(_str(p, "reason")),
     ev.AGENT_HANDED_OFF: lambda p: HandedOff(),
     ev.TASK_ASSIGNED: lambda p: TaskAssigned(_str(p, "task_id"), _str(p, "input_json")),
-    ev.TASK_COMPLETED: lambda p: TaskCompleted(_str(p, "task_id")),
-    ev.TASK_FAILED: lambda p: TaskFailed(_str(p, "task_id"), p.get("retriable") is True),
+    ev.TASK_COMPLETED: lambda p: TaskCompleted(_str(p, "task_id"), _str(p, "output_json")),
+    ev.TASK_FAILED: lambda p: TaskFailed(_str(p, "task_id"), p.get("retriable") is True,
+                                         _str(p, "error_type"), _str(p, "error_message")),
     ev.SNAPSHOT_TAKEN: lambda p: SnapshotTaken(_int(p, "snapshot_version")),
     ev.SIGNAL_RECEIVED: lambda p: SignalReceived(_str(p, "signal_id"), _str(p, "name"),
                                                  _str(p, "payload_json")),
@@ -224,6 +273,14 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Transition]] = {
                                            _float(p, "deadline")),
     ev.WAIT_COMPLETED: lambda p: WaitCompleted(_str(p, "task_id"), _str(p, "outcome"),
                                                _str(p, "signal_id")),
+    ev.DELEGATION_DISPATCHED: lambda p: DelegationDispatched(
+        _str(p, "task_id"), _str(p, "child_id"), _str(p, "child_kind"),
+        _str(p, "child_task_id"), _str(p, "signal"), _str(p, "on_parent_stop")),
+    ev.DELEGATION_STOPPED: lambda p: DelegationStopped(_strings(p, "children")),
+    ev.TASK_DELEGATED: lambda p: TaskDelegated(
+        _str(p, "task_id"), _str(p, "parent_id"), _str(p, "parent_task_id"),
+        _str(p, "signal"), _str(p, "on_parent_stop")),
+    ev.DELEGATION_REPORTED: lambda p: DelegationReported(_str(p, "task_id")),
 }
 
 
@@ -239,7 +296,11 @@ def _float(p: Mapping[str, Any], key: str) -> float | None:
 
 
 def _names(p: Mapping[str, Any]) -> tuple[str, ...]:
-    value = p.get("names")
+    return _strings(p, "names")
+
+
+def _strings(p: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = p.get(key)
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
@@ -249,8 +310,9 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
 
 
 __all__ = [
-    "ENDINGS", "RESTARTS", "TASK_ENDS", "Died", "HandedOff", "Quarantined", "Resumed",
+    "ENDINGS", "RESTARTS", "TASK_ENDS", "DelegationDispatched", "DelegationReported",
+    "DelegationStopped", "Died", "HandedOff", "Quarantined", "Resumed",
     "Resurrected", "Resurrecting", "SignalReceived", "SnapshotTaken", "Started", "Status",
-    "Stopped", "TaskAssigned", "TaskCompleted", "TaskFailed", "Transition", "WaitCompleted",
-    "WaitStarted", "read", "starts_afresh",
+    "Stopped", "TaskAssigned", "TaskCompleted", "TaskDelegated", "TaskFailed", "Transition",
+    "WaitCompleted", "WaitStarted", "read", "starts_afresh",
 ]

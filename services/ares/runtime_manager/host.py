@@ -41,7 +41,7 @@ from ares.events.writer import AppendPlan, StreamTable
 from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
 from ares.lifecycle.recovery import CHECKPOINT_KEY, CHECKPOINT_KIND, RecoveryRecord
-from ares.runtime_manager import supervision
+from ares.runtime_manager import delegations, supervision
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.guard import (
     ResurrectionGuard,
@@ -75,6 +75,14 @@ class PartitionState:
     writer: PartitionWriter
     agents: dict[str, HostedAgent] = field(default_factory=dict)
     last_checkpoint: float = field(default_factory=time.monotonic)
+    # New agents whose agent.started is staged and not yet committed (so not hosted yet):
+    # a task assigned in the same transaction (a delegation's start and assignment) joins it.
+    starting: set[str] = field(default_factory=set)
+
+    def started_in_this_transaction(self, stream_id: str) -> bool:
+        """Whether ``stream_id``'s agent.started is staged in the open transaction (an
+        aborted one restores the writer's table, so a stale name does not count)."""
+        return stream_id in self.starting and self.writer.table.state(stream_id) is not None
 
 
 class AgentHost:
@@ -155,6 +163,9 @@ class AgentHost:
         resumes = [supervision.adopt(self, state, replay, table, replay_done)
                    for replay in replays.values()]
         await asyncio.gather(*resumes)
+        for hosted in state.agents.values():  # what the previous owner did not send
+            if delegations.owes(hosted):
+                self.detach(delegations.settle(self, state, hosted))
         self.count_agents()
         return writer
 
@@ -241,6 +252,7 @@ class AgentHost:
             if hosted is None:
                 if event.type != lc.AGENT_STARTED:
                     return  # not an agent's stream (plain appends)
+                state.starting.discard(plan.stream_id)
                 hosted = state.agents[plan.stream_id] = HostedAgent(
                     plan.stream_id, partition, lc.AgentLifecycle(plan.stream_id))
             hosted.on_event(event, offset)
@@ -252,6 +264,8 @@ class AgentHost:
                 supervision.spawn(self, state, hosted)
             elif event.type in (lc.AGENT_STOPPED, lc.AGENT_QUARANTINED) and hosted.running:
                 self.detach(self._stop_agents([hosted]))
+        if hosted is not None and not hosted.settling and delegations.owes(hosted):
+            self.detach(delegations.settle(self, state, hosted))
         if (hosted is not None and hosted.lifecycle.is_live
                 and hosted.events_since_snapshot >= self.config.snapshot_every):
             hosted.events_since_snapshot = 0

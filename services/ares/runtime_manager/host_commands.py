@@ -24,7 +24,7 @@ from ares.events.kafka.partition_writer import TransactionScope
 from ares.events.model import ANY_VERSION, NewEvent
 from ares.events.wire.canonical import canonical_json
 from ares.lifecycle import state as lc
-from ares.runtime_manager import supervision
+from ares.runtime_manager import delegations, supervision
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.hosted import HostedAgent
 from ares.topics import ALERTS
@@ -61,6 +61,8 @@ async def start(host: AgentHost, tx: TransactionScope, state: PartitionState,
     version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_STARTED, MODULE, {
         "kind": kind, "config_json": canonical_json(config), "incarnation": incarnation,
         "worker": host.worker_id})], ANY_VERSION)
+    if hosted is None:
+        state.starting.add(command.stream_id)
     return reply(command, ReplyStatus.OK, version)
 
 
@@ -138,20 +140,26 @@ async def resume(host: AgentHost, tx: TransactionScope, state: PartitionState,
 
 async def assign(host: AgentHost, tx: TransactionScope, state: PartitionState,
                  hosted: HostedAgent | None, command: Command) -> Reply:
-    if hosted is None:
-        return unknown(command)
     task_id = str(command.payload["task_id"])
-    life = hosted.lifecycle
-    if task_id in life.finished_tasks or any(t.task_id == task_id
-                                             for t in life.pending_tasks):
-        return reply(command, ReplyStatus.OK, life.version, "task already assigned")
+    if hosted is None:
+        if not state.started_in_this_transaction(command.stream_id):
+            return unknown(command)
+    else:
+        life = hosted.lifecycle
+        if task_id in life.finished_tasks or any(t.task_id == task_id
+                                                 for t in life.pending_tasks):
+            return reply(command, ReplyStatus.OK, life.version, "task already assigned")
     input_json = str(command.payload.get("input_json") or "null")
     try:
         json.loads(input_json)
     except ValueError as exc:
         raise InvalidCommandError("invalid_payload", f"task input is not JSON: {exc}") from exc
-    version = await tx.append(command.stream_id, [NewEvent(lc.TASK_ASSIGNED, MODULE, {
-        "task_id": task_id, "input_json": input_json})], ANY_VERSION)
+    events = [NewEvent(lc.TASK_ASSIGNED, MODULE, {"task_id": task_id,
+                                                  "input_json": input_json})]
+    delegated = delegations.delegated_event(task_id, command.metadata)
+    if delegated is not None:  # the link back to the parent that delegated it
+        events.append(delegated)
+    version = await tx.append(command.stream_id, events, ANY_VERSION)
     return reply(command, ReplyStatus.OK, version)
 
 

@@ -25,8 +25,9 @@ from ares.agents.host_api import (
     Wait,
     run_task,
 )
-from ares.errors import FencedError
+from ares.errors import AresError, FencedError
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
+from ares.events.kafka.routing import partition_for
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent
 from ares.lifecycle import events as ev
 from ares.lifecycle.state import (
@@ -38,6 +39,7 @@ from ares.lifecycle.state import (
     PendingTask,
     fold,
 )
+from ares.runtime_manager import delegations
 from ares.runtime_manager.alerts import alert_record
 from ares.runtime_manager.heartbeats import AgentBeat
 
@@ -74,6 +76,9 @@ class HostedAgent:
     # While a resurrection rebuilds the agent from the log, the events committed meanwhile
     # are kept here too, so the rebuilt agent misses none of them.
     buffer: list[tuple[Event, int | None]] | None = None
+    # A transaction sending what the agent owes its parents or children is in flight
+    # (``delegations.settle``): one at a time.
+    settling: bool = False
 
     def __post_init__(self) -> None:
         if self.beat is None:
@@ -183,27 +188,44 @@ PausedCallback = Callable[["HostedAgent", TaskOutcome], Awaitable[None]]
 
 
 class AgentSinkImpl:
-    """The SDK's view of the agent's stream: appends go through the partition's writer."""
+    """The SDK's view of the agent's stream: appends go through the partition's writer.
 
-    def __init__(self, hosted: HostedAgent, writer: PartitionWriter, alerts_topic: str) -> None:
+    An append that records a dispatch (``delegation.dispatched``) carries the child's start
+    and assignment in its transaction, and is refused once the agent's stop is requested:
+    the check runs inside the transaction, in the writer's order, so a stop handled first
+    wins and no child starts after it (``delegations``)."""
+
+    def __init__(self, hosted: HostedAgent, writer: PartitionWriter, alerts_topic: str,
+                 commands_topic: str, partitions: int) -> None:
         self._hosted = hosted
         self._writer = writer
         self._alerts_topic = alerts_topic
+        self._commands_topic = commands_topic
+        self._partitions = partitions
 
     async def append(self, events: Sequence[NewEvent],
                      alerts: Sequence[AgentAlert] = ()) -> int:
         if self._writer.fenced:
             raise FencedError(f"partition {self._hosted.partition} moved to another owner")
-        agent_id = self._hosted.agent_id
-        if not alerts:
+        hosted = self._hosted
+        agent_id = hosted.agent_id
+        dispatch = delegations.has_dispatch(events)
+        if not alerts and not dispatch:
             return await self._writer.append(agent_id, events, ANY_VERSION)
         records = [alert_record(a.kind, agent_id, a.message, severity=a.severity,
                                 details=a.details) for a in alerts]
+        commands = delegations.dispatch_commands(agent_id, events) if dispatch else []
 
         async def work(tx: TransactionScope) -> int:
+            if dispatch and hosted.lifecycle.stop_requested:
+                raise AgentStopping(f"agent {agent_id} is stopping: no new child")
             version = await tx.append(agent_id, events, ANY_VERSION)
             for record in records:
                 await tx.send(self._alerts_topic, record, key=agent_id.encode())
+            for command in commands:
+                await tx.send(self._commands_topic, command.encode(),
+                              key=command.stream_id.encode(),
+                              partition=partition_for(command.stream_id, self._partitions))
             return version
 
         return int(await self._writer.submit(work))
@@ -212,6 +234,10 @@ class AgentSinkImpl:
         self._hosted.last_progress = time.monotonic()
         if progress is not None and self._hosted.beat is not None:
             self._hosted.beat.progress = progress
+
+
+class AgentStopping(AresError):
+    """An append refused because the agent's stop was requested (its run is ending)."""
 
 
 async def run_open_tasks(hosted: HostedAgent, sink: AgentSinkImpl, services: AgentServices,

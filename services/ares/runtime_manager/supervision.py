@@ -44,7 +44,7 @@ from ares.runtime_manager.replay import (
     AgentReplay,
     replay_start,
 )
-from ares.topics import ALERTS, EVENTS, SNAPSHOTS
+from ares.topics import ALERTS, COMMANDS, EVENTS, SNAPSHOTS
 
 if TYPE_CHECKING:
     from ares.runtime_manager.host import AgentHost, PartitionState
@@ -65,7 +65,8 @@ def spawn(host: AgentHost, state: PartitionState, hosted: HostedAgent) -> None:
 async def supervise(host: AgentHost, state: PartitionState, hosted: HostedAgent) -> None:
     """Runs incarnations until the agent stops, is quarantined or the host stops."""
     while True:
-        sink = AgentSinkImpl(hosted, state.writer, host.plan.name(ALERTS))
+        sink = AgentSinkImpl(hosted, state.writer, host.plan.name(ALERTS),
+                             host.plan.name(COMMANDS), host.plan.partitions)
         hosted.incarnation_task = asyncio.create_task(
             run_open_tasks(hosted, sink, host.services, host.on_paused))
         error: BaseException | None = None
