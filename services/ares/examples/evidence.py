@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ares.agents.errors import AgentConfigError
 from ares.agents.tools import Reconciled
 
 LEDGER_DIR_ENV = "ARES_EXAMPLE_LEDGER_DIR"
@@ -69,3 +70,23 @@ def email_sent(idempotency_key: str) -> Reconciled:
             return Reconciled.DONE({"sent": True, "to": line.get("to"),
                                     "message_id": idempotency_key[:16]})
     return Reconciled.NOT_DONE
+
+
+async def send_email(agent_id: str, to: str, subject: str, task_id: str, incarnation: int,
+                     idempotency_key: str) -> dict[str, Any]:
+    """The examples' e-mail, as a mail server would see it: a line of the side-effects
+    ledger (when there is one). A real mailer would tag the message with the key."""
+    directory = ledger_dir()
+    if directory is not None:
+        await record(directory / SIDE_EFFECTS, {
+            "agent_id": agent_id, "key": idempotency_key, "to": to, "subject": subject,
+            "incarnation": incarnation, "task_id": task_id})
+    return {"sent": True, "to": to, "message_id": idempotency_key[:16]}
+
+
+def positive_number(config: Mapping[str, Any], key: str, default: float) -> float:
+    """A positive number setting of an example's config, or ``AgentConfigError``."""
+    value = config.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise AgentConfigError(f"{key!r} must be a positive number, got {value!r}")
+    return float(value)

@@ -90,10 +90,7 @@ class PipelineAgent(Agent):
             raise AgentConfigError(f"unknown setting(s) {sorted(unknown)} (known: reconcile, "
                                    "step_timeout_s)")
         # step_timeout_s is read by the health checker (no progress for longer: stalled).
-        timeout = config.get("step_timeout_s", 600)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise AgentConfigError(f"'step_timeout_s' must be a positive number, got "
-                                   f"{timeout!r}")
+        evidence.positive_number(config, "step_timeout_s", 600)
         self.use_reconcile = config.get("reconcile", True)
         if not isinstance(self.use_reconcile, bool):
             raise AgentConfigError(f"'reconcile' must be true or false, got "
@@ -128,13 +125,9 @@ class PipelineAgent(Agent):
 
     async def send_email(self, to: str, subject: str, body: str, task_id: str,
                          incarnation: int, *, idempotency_key: str) -> dict[str, Any]:
-        """The side effect. A real mailer would tag the message with the key."""
-        directory = evidence.ledger_dir()
-        if directory is not None:
-            await evidence.record(directory / evidence.SIDE_EFFECTS, {
-                "agent_id": self.agent_id, "key": idempotency_key, "to": to,
-                "subject": subject, "incarnation": incarnation, "task_id": task_id})
-        return {"sent": True, "to": to, "message_id": idempotency_key[:16]}
+        """The side effect (``body`` is what the message would carry)."""
+        return await evidence.send_email(self.agent_id, to, subject, task_id, incarnation,
+                                         idempotency_key)
 
     def reconcile_email(self, idempotency_key: str) -> Reconciled:
         """Was the e-mail with this key sent? The ledger file is the mail server's log."""

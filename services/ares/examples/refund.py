@@ -77,11 +77,6 @@ class RefundAgent(Agent):
 
     async def send_email(self, to: str, amount: float, task_id: str, incarnation: int, *,
                          idempotency_key: str) -> dict[str, Any]:
-        directory = evidence.ledger_dir()
-        if directory is not None:
-            await evidence.record(directory / evidence.SIDE_EFFECTS, {
-                "agent_id": self.agent_id, "key": idempotency_key, "to": to,
-                "subject": f"your refund of {amount:g}", "incarnation": incarnation,
-                "task_id": task_id})
-        return {"sent": True, "to": to, "message_id": idempotency_key[:16]}
+        return await evidence.send_email(self.agent_id, to, f"your refund of {amount:g}",
+                                         task_id, incarnation, idempotency_key)
 

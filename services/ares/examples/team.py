@@ -76,15 +76,11 @@ class TeamLeader(Agent):
         if unknown:
             raise AgentConfigError(f"unknown setting(s) {sorted(unknown)} (known: "
                                    "distill_timeout_s, distill_on_stop)")
-        timeout = config.get("distill_timeout_s", 120)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise AgentConfigError(f"'distill_timeout_s' must be a positive number, got "
-                                   f"{timeout!r}")
+        self.distill_timeout_s = evidence.positive_number(config, "distill_timeout_s", 120)
         on_stop = config.get("distill_on_stop", "wait")
         if on_stop not in ("wait", "cancel"):
             raise AgentConfigError(f"'distill_on_stop' must be 'wait' or 'cancel', got "
                                    f"{on_stop!r}")
-        self.distill_timeout_s = float(timeout)
         self.distill_policy = DETACH if on_stop == "wait" else STOP
         self.answers: list[str] = []  # the session: final responses, newest last
         self.notes: list[str] = []  # long-term memory: what distillations returned
@@ -164,12 +160,8 @@ class TeamLeader(Agent):
 
     async def send_email(self, to: str, subject: str, body: str, task_id: str,
                          incarnation: int, *, idempotency_key: str) -> dict[str, Any]:
-        directory = evidence.ledger_dir()
-        if directory is not None:
-            await evidence.record(directory / evidence.SIDE_EFFECTS, {
-                "agent_id": self.agent_id, "key": idempotency_key, "to": to,
-                "subject": subject, "incarnation": incarnation, "task_id": task_id})
-        return {"sent": True, "to": to, "message_id": idempotency_key[:16]}
+        return await evidence.send_email(self.agent_id, to, subject, task_id, incarnation,
+                                         idempotency_key)
 
     def reconcile_email(self, idempotency_key: str) -> Reconciled:
         return evidence.email_sent(idempotency_key)
