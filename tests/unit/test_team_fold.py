@@ -49,6 +49,8 @@ def test_dispatches_open_children_and_their_outcomes_close_them() -> None:
 
 def test_a_stopped_parent_owes_a_stop_to_its_stop_policy_children_until_recorded() -> None:
     s = parent_stream()
+    assert delegations.stop_summary(lc.from_events(s.events)) == (
+        "stopping 1 child(ren): lead.r-0; 1 detached child(ren) left to finish: lead.r-1")
     s.add(ev.AGENT_STOPPED, {"reason": "operator"})
     life = lc.from_events(s.events)
     assert [c.child_id for c in life.stops_owed] == ["lead.r-0"]  # r-1 is detached

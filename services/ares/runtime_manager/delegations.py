@@ -34,7 +34,13 @@ from ares.events.kafka.partition_writer import TransactionScope
 from ares.events.kafka.routing import partition_for
 from ares.events.model import ANY_VERSION, Event, NewEvent
 from ares.lifecycle import events as ev
-from ares.lifecycle.state import ChildLink, ParentLink, Report
+from ares.lifecycle.state import (
+    STOP_CHILDREN,
+    AgentLifecycle,
+    ChildLink,
+    ParentLink,
+    Report,
+)
 from ares.topics import COMMANDS
 
 if TYPE_CHECKING:
@@ -117,6 +123,20 @@ def stop_command(parent_id: str, child: ChildLink) -> Command:
     return Command("agent.stop", child.child_id,
                    {"reason": f"its parent {parent_id} stopped"}, issuer=ISSUER,
                    id=str(uuid.uuid5(_NAMESPACE, f"stop/{parent_id}/{child.child_task_id}")))
+
+
+def stop_summary(life: AgentLifecycle) -> str:
+    """What a stop does to the agent's children, for the stop's reply (the operator sees
+    which children it stops and which it leaves to finish: the seeds' stop order)."""
+    stopping = [c.child_id for c in life.children if c.on_parent_stop == STOP_CHILDREN]
+    going_on = [c.child_id for c in life.children if c.on_parent_stop != STOP_CHILDREN]
+    parts = []
+    if stopping:
+        parts.append(f"stopping {len(stopping)} child(ren): {', '.join(stopping)}")
+    if going_on:
+        parts.append(f"{len(going_on)} detached child(ren) left to finish: "
+                     f"{', '.join(going_on)}")
+    return "; ".join(parts)
 
 
 def owes(hosted: HostedAgent) -> bool:

@@ -76,7 +76,7 @@ async def stop(host: AgentHost, tx: TransactionScope, state: PartitionState,
         return reply(command, ReplyStatus.OK, hosted.lifecycle.version, "already stopped")
     version = await tx.append(command.stream_id, [NewEvent(lc.AGENT_STOPPED, MODULE, {
         "reason": str(command.payload.get("reason") or "requested")})], ANY_VERSION)
-    return reply(command, ReplyStatus.OK, version)
+    return reply(command, ReplyStatus.OK, version, delegations.stop_summary(hosted.lifecycle))
 
 
 async def kill(host: AgentHost, tx: TransactionScope, state: PartitionState,
