@@ -17,9 +17,10 @@ def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> N
     report = json.loads(done.stdout)
     assert report["promises_kept"] is True
     assert report["broken_promises"] == []
-    # 6 pipelines + the one the demo hangs for the health checker, 1 chat of 3 turns
-    assert report["tasks_completed"] == report["tasks_assigned"] == 6 + 1 + 3
-    assert report["emails_sent"] == 7
+    # 6 pipelines + the one the demo hangs for the health checker, 1 chat of 3 turns, and
+    # two teams: a leader, 8 researchers and a distiller each
+    assert report["tasks_completed"] == report["tasks_assigned"] == 6 + 1 + 3 + 2 * (1 + 8 + 1)
+    assert report["emails_sent"] == 7 + 2
     assert report["emails_sent_twice"] == []
     assert report["steps_executed_twice"] == []
     assert report["integrity_failures"] == []
@@ -27,3 +28,17 @@ def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> N
     assert "worker_lost" in causes  # the SIGKILLed runtime manager's agents came back
     assert "stalled" in causes  # the hung agent, found by the health checker
     assert any(fault.startswith("SIGKILL runtime-manager") for fault in report["faults"])
+    # The team: its leader's worker SIGKILLed mid-dispatch, then a busy sub-agent killed.
+    assert any("hosting the team leader team-1, mid-dispatch" in f for f in report["faults"])
+    assert any(f.startswith("sub-agent team-1.research-") for f in report["faults"])
+    team = report["team"]
+    assert team["dispatched"] == {"team-1": 8, "team-calm": 8}
+    assert team["dispatched_twice"] == team["assigned_not_once"] == []
+    assert team["members"] == 2 * (1 + 8 + 1)
+    assert team["llm_steps_repaid"] == []
+    assert team["llm_steps_recorded"] == 2 * (3 + 8 * 2 + 1)
+    assert team["answers_identical"] is True
+    assert team["answer"] == team["reference_answer"]
+    assert team["emails"] == {"team-1": 1, "team-calm": 1}
+    team_resurrected = {r["agent_id"] for r in report["resurrections"]}
+    assert "team-1" in team_resurrected

@@ -136,12 +136,15 @@ def _print_report(run: DemoRun, options: DemoOptions) -> None:
     table.add_row("integrity (hash chains)", f"{ok if not report.integrity_failures else bad} "
                                              f"{report.agents - len(report.integrity_failures)}"
                                              f"/{report.agents} streams intact")
+    for label, kept, detail in (report.team.rows() if report.team else []):
+        table.add_row(label, f"{ok if kept else bad} {detail}")
     out.print(table)
     verdict = ("[bold green]every promise kept[/]" if not report.broken_promises else
                "[bold red]broken: " + "; ".join(report.broken_promises) + "[/]")
     out.print(verdict)
     prefix = run.settings.topic_prefix
     out.print(f"\nlook next: ares --topic-prefix {prefix} agents genealogy pipeline-01\n"
+              f"           ares --topic-prefix {prefix} agents tree team-1\n"
               f"           ares --topic-prefix {prefix} events read pipeline-01\n"
               f"           ares --topic-prefix {prefix} events dump --topic ares.dlq",
               highlight=False)

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ares.events.model import Event
+from ares.lifecycle import events as ev
 from ares.lifecycle import state as lc
 from ares.lifecycle import transitions as tr
 
@@ -21,6 +22,8 @@ class AgentProgress:
     tokens: int = 0
     tasks_done: int = 0
     life: lc.AgentLifecycle | None = None  # its lifecycle folded so far (None: no event)
+    tasks_assigned: int = 0
+    dispatched: list[str] = field(default_factory=list)  # a leader's children, in order
 
 
 @dataclass(slots=True)
@@ -29,11 +32,18 @@ class FleetState:
     total_steps: int = 0
     total_tasks: int = 0
     faults: list[str] = field(default_factory=list)
+    leaders: list[str] = field(default_factory=list)  # team leaders: their members join
 
     def observe(self, event: Event) -> None:
-        agent = self.agents.get(event.stream_id)
+        agent = self.agents.get(event.stream_id) or self._member(event.stream_id)
         if agent is None:
             return
+        if event.type == ev.DELEGATION_DISPATCHED:
+            child = str(event.payload.get("child_id"))
+            agent.dispatched.append(child)
+            self._member(child)
+        elif event.type == ev.TASK_ASSIGNED:
+            agent.tasks_assigned += 1
         before = agent.life or lc.AgentLifecycle(agent.agent_id)
         agent.life, transition = lc.step(before, event)
         if transition is None:
@@ -52,6 +62,24 @@ class FleetState:
             agent.tasks_done += 1
             if agent.tasks_done >= self.tasks_of(agent):
                 agent.status = "done"  # the demo's own: every task it was given is done
+
+    def _member(self, agent_id: str) -> AgentProgress | None:
+        """A team member (a leader's child, ``<leader>.<name>-<n>``) joins the fleet when
+        its leader dispatches it or its first event is seen, whichever comes first."""
+        if agent_id in self.agents:
+            return self.agents[agent_id]
+        if not any(agent_id.startswith(f"{leader}.") for leader in self.leaders):
+            return None
+        self.agents[agent_id] = member = AgentProgress(agent_id)
+        self.total_tasks += 1  # a researcher's sub-task (two LLM steps) or a distillation
+        self.total_steps += 1 if ".distill-" in agent_id else 2
+        return member
+
+    def busy(self, agent_id: str) -> bool:
+        """Working now: a task assigned and not finished, and alive."""
+        agent = self.agents.get(agent_id)
+        return (agent is not None and agent.status == "running"
+                and agent.tasks_assigned > agent.tasks_done)
 
     def tasks_of(self, agent: AgentProgress) -> int:
         return 3 if agent.kind == "example.chat" else 1

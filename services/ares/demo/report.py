@@ -16,6 +16,7 @@ from ares.agents.ledger import token_ledger
 from ares.errors import IntegrityError
 from ares.events.chain import verify_chain
 from ares.events.model import Event
+from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
 from ares.lifecycle.recovery import RecoveryRecord
 
@@ -29,6 +30,76 @@ class Resurrection:
     replay_ms: int | None
     resume_ms: int | None
     total_s: float | None  # from the fault to the agent running again
+
+
+@dataclass(slots=True)
+class TeamReport:
+    """The team's promises: ``leader`` ran through the faults, ``reference`` (the same
+    question) without any."""
+
+    leader: str
+    reference: str
+    subtasks_expected: int
+    dispatched: dict[str, int] = field(default_factory=dict)  # leader -> research sub-tasks
+    dispatched_twice: list[str] = field(default_factory=list)  # child ids seen twice
+    assigned_not_once: list[str] = field(default_factory=list)  # children: task.assigned != 1
+    members: int = 0
+    llm_steps_recorded: int = 0  # llm.call events of every member of both teams
+    llm_executions: int = 0  # their real executions, per the ledger
+    llm_steps_repaid: list[str] = field(default_factory=list)
+    answer: str | None = None
+    reference_answer: str | None = None
+    emails: dict[str, int] = field(default_factory=dict)  # leader -> e-mails really sent
+
+    @property
+    def answers_identical(self) -> bool:
+        return self.answer is not None and self.answer == self.reference_answer
+
+    @property
+    def broken_promises(self) -> list[str]:
+        broken = []
+        if (self.dispatched_twice or self.assigned_not_once or any(
+                n != self.subtasks_expected for n in self.dispatched.values())):
+            broken.append("team sub-tasks not dispatched exactly once each")
+        if self.llm_steps_repaid:
+            broken.append(f"{len(self.llm_steps_repaid)} team LLM step(s) re-paid")
+        if not self.answers_identical:
+            broken.append("the team's answer differs from the run without faults")
+        if any(n != 1 for n in self.emails.values()):
+            broken.append("a team did not send exactly one e-mail")
+        return broken
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leader": self.leader, "reference": self.reference,
+            "subtasks_expected": self.subtasks_expected, "dispatched": self.dispatched,
+            "dispatched_twice": self.dispatched_twice,
+            "assigned_not_once": self.assigned_not_once, "members": self.members,
+            "llm_steps_recorded": self.llm_steps_recorded,
+            "llm_executions": self.llm_executions, "llm_steps_repaid": self.llm_steps_repaid,
+            "answer": self.answer, "reference_answer": self.reference_answer,
+            "answers_identical": self.answers_identical, "emails": self.emails,
+        }
+
+    def rows(self) -> list[tuple[str, bool, str]]:
+        """The report's text lines: (label, kept, detail)."""
+        dispatched = ", ".join(f"{leader} {n}/{self.subtasks_expected}"
+                               for leader, n in self.dispatched.items())
+        once = not (self.dispatched_twice or self.assigned_not_once)
+        return [
+            ("team sub-tasks dispatched once each", once and all(
+                n == self.subtasks_expected for n in self.dispatched.values()),
+             f"{dispatched}; {len(self.dispatched_twice)} dispatched twice, "
+             f"{len(self.assigned_not_once)} not assigned exactly once"),
+            ("team LLM steps not re-paid", not self.llm_steps_repaid,
+             f"{self.llm_steps_recorded} recorded by {self.members} members, "
+             f"{self.llm_executions} really executed, {len(self.llm_steps_repaid)} re-paid"),
+            ("team answer = the answer without faults", self.answers_identical,
+             f"{self.leader} {(self.answer or '-')[:16]} / {self.reference} "
+             f"{(self.reference_answer or '-')[:16]}"),
+            ("team e-mails", all(n == 1 for n in self.emails.values()),
+             ", ".join(f"{leader}: {n}" for leader, n in self.emails.items())),
+        ]
 
 
 @dataclass(slots=True)
@@ -49,6 +120,7 @@ class DemoReport:
     in_doubt: list[str] = field(default_factory=list)
     integrity_failures: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
+    team: TeamReport | None = None
 
     @property
     def broken_promises(self) -> list[str]:
@@ -63,6 +135,8 @@ class DemoReport:
             broken.append("e-mails missing (neither sent nor reported in doubt)")
         if self.integrity_failures:
             broken.append(f"{len(self.integrity_failures)} stream(s) failed integrity")
+        if self.team is not None:
+            broken += self.team.broken_promises
         return broken
 
     def to_json(self) -> dict[str, Any]:
@@ -77,7 +151,9 @@ class DemoReport:
             "tokens_saved": self.tokens_saved, "emails_expected": self.emails_expected,
             "emails_sent": self.emails_sent, "emails_sent_twice": self.emails_sent_twice,
             "in_doubt": self.in_doubt, "integrity_failures": self.integrity_failures,
-            "faults": self.faults, "broken_promises": self.broken_promises,
+            "faults": self.faults,
+            "team": None if self.team is None else self.team.to_json(),
+            "broken_promises": self.broken_promises,
             "promises_kept": not self.broken_promises,
         }
 
@@ -91,8 +167,12 @@ def _res_json(r: Resurrection) -> dict[str, Any]:
 def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Mapping[str, Any]],
                  email_lines: Iterable[Mapping[str, Any]], emails_expected: int,
                  fault_times: Mapping[str, Sequence[datetime]],
-                 faults: Sequence[str]) -> DemoReport:
-    """``fault_times``: agent id → when the faults that hit it were injected."""
+                 faults: Sequence[str],
+                 team: tuple[str, str, int] | None = None) -> DemoReport:
+    """``fault_times``: agent id → when the faults that hit it were injected. ``team``:
+    (the leader the faults hit, the leader of the same question without faults, the
+    sub-tasks each dispatches)."""
+    llm_lines, email_lines = list(llm_lines), list(email_lines)
     report = DemoReport(agents=len(streams), emails_expected=emails_expected,
                         faults=list(faults))
     # (agent, task, step) -> the incarnation that recorded it: an execution by a LATER
@@ -131,7 +211,77 @@ def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Map
         sent[f"{line['agent_id']}/{line['task_id']}"] += 1
     report.emails_sent = len(sent)
     report.emails_sent_twice = sorted(k for k, n in sent.items() if n > 1)
+    if team is not None:
+        report.team = team_report(streams, llm_lines, email_lines, *team)
     return report
+
+
+def team_report(streams: Mapping[str, Sequence[Event]], llm_lines: Sequence[Mapping[str, Any]],
+                email_lines: Sequence[Mapping[str, Any]], leader: str, reference: str,
+                subtasks: int) -> TeamReport:
+    """Each sub-task dispatched once (child ids unique, one ``task.assigned`` each); no
+    recorded LLM step of any member executed by an incarnation later than the one that
+    recorded it; the answer of ``leader`` (faults) = that of ``reference`` (none); one
+    e-mail per team."""
+    report = TeamReport(leader, reference, subtasks)
+    members: list[str] = []
+    for head in (leader, reference):
+        children = [str(e.payload.get("child_id")) for e in streams.get(head, ())
+                    if e.type == ev.DELEGATION_DISPATCHED]
+        research = [c for c in children if ".research-" in c]
+        report.dispatched[head] = len(set(research))
+        report.dispatched_twice += sorted(c for c, n in Counter(children).items() if n > 1)
+        report.assigned_not_once += [c for c in dict.fromkeys(children) if sum(
+            1 for e in streams.get(c, ()) if e.type == ev.TASK_ASSIGNED) != 1]
+        members += [head, *dict.fromkeys(children)]
+        report.emails[head] = sum(1 for line in email_lines if line.get("agent_id") == head)
+    report.members = len(members)
+    ran: dict[tuple[str, str, str], list[int]] = {}
+    team = set(members)
+    for line in llm_lines:
+        if line.get("agent_id") in team:
+            report.llm_executions += 1
+            ran.setdefault((str(line["agent_id"]), str(line["task_id"]), str(line["step"])),
+                           []).append(int(line["incarnation"]))
+    for member in members:
+        recorded: dict[tuple[str, str], list[int]] = {}
+        for incarnation, event in _incarnations(streams.get(member, ())):
+            if event.type == "llm.call":
+                recorded.setdefault((str(event.payload.get("task_id")),
+                                     str(event.payload.get("name"))), []).append(incarnation)
+        report.llm_steps_recorded += sum(len(i) for i in recorded.values())
+        for (task, step), incarnations in recorded.items():
+            if len(incarnations) != 1:
+                report.llm_steps_repaid.append(f"{member}/{task}/{step}: "
+                                               f"{len(incarnations)} llm.call")
+                continue
+            later = [i for i in ran.get((member, task, step), []) if i > incarnations[0]]
+            if later:
+                report.llm_steps_repaid.append(
+                    f"{member}/{task}/{step}: recorded by incarnation {incarnations[0]}, "
+                    f"executed again by {later}")
+    report.answer, report.reference_answer = (_answer(streams.get(leader, ())),
+                                              _answer(streams.get(reference, ())))
+    return report
+
+
+def _incarnations(events: Iterable[Event]) -> list[tuple[int, Event]]:
+    """Each event with the incarnation that was running when it was appended."""
+    current, out = 0, []
+    for event in events:
+        if event.type in (ev.AGENT_STARTED, ev.AGENT_RESURRECTED):
+            current = int(event.payload.get("incarnation") or current + 1)
+        out.append((current, event))
+    return out
+
+
+def _answer(events: Iterable[Event]) -> str | None:
+    for event in events:
+        if event.type == ev.TASK_COMPLETED:
+            output = parse_json(str(event.payload.get("output_json") or "null"))
+            if isinstance(output, dict) and isinstance(output.get("answer"), str):
+                return str(output["answer"])
+    return None
 
 
 def _check_chain(report: DemoReport, agent_id: str, events: Sequence[Event]) -> None:

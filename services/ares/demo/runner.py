@@ -5,10 +5,17 @@
    ``ares run`` processes;
 3. a fleet of ``example.pipeline`` agents (multi-step tasks ending in one e-mail each) and
    ``example.chat`` agents (a three-turn conversation);
-4. mid-task, SIGKILL of the runtime manager that hosts the most busy agents; later one
-   agent killed with ``agent.kill``;
-5. wait for every task, then check every promise from outside: the log (chains, outcomes,
-   tokens) and the ledgers the example agents wrote of what really ran.
+   and, beside them, a team (``example.team``: a leader delegating 8 sub-tasks to
+   ``example.researcher`` sub-agents, then one e-mail);
+4. mid-task, SIGKILL of the runtime manager that hosts the team's leader, once the leader is
+   mid-dispatch (its 3rd ``delegation.dispatched``, its task open; the fleet's busy agents
+   on that worker die with it); then a busy sub-agent killed with ``agent.kill`` (with two
+   runtime managers only one is left: a second worker death would stop the runtime); later
+   one pipeline agent killed with ``agent.kill``;
+5. a second team with the same question and no fault, to compare the answers;
+6. wait for every task, then check every promise from outside: the log (chains, outcomes,
+   tokens, the team's dispatches) and the ledgers the example agents wrote of what really
+   ran (LLM steps, e-mails).
 """
 
 from __future__ import annotations
@@ -43,6 +50,12 @@ from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
 HANG_TIMEOUT_S = 3  # the hung agent's declared step timeout
 CHAT_MESSAGES = ("Hello! Who are you?", "What did I just ask you?",
                  "Summarise our conversation.")
+TEAM_LEADER = "team-1"  # the team the faults hit
+CALM_LEADER = "team-calm"  # the same question, no fault: the answer to compare with
+TEAM_QUESTION = "How do durable agents survive a crash?"
+TEAM_SUBTASKS = 8
+TEAM_KILL_AFTER = 3  # the leader's worker dies after this many dispatches
+TEAM_LEADER_STEPS = 3  # parse, plan, aggregate
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,7 @@ class DemoRun:
     services: list[ServiceProcess] = field(default_factory=list)
     fault_times: dict[str, list[datetime]] = field(default_factory=dict)  # agent -> faults
     emails_expected: int = 0
+    killed_worker: str | None = None
 
 
 Progress = Callable[[DemoRun], None]
@@ -124,6 +138,8 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
         state.agents[agent_id] = AgentProgress(agent_id)
     state.total_steps = options.agents * options.steps + options.chats * len(CHAT_MESSAGES)
     state.total_tasks = options.agents + options.chats * len(CHAT_MESSAGES)
+    state.leaders = [TEAM_LEADER, CALM_LEADER]
+    _add_leader(run, TEAM_LEADER)
     store = await KafkaEventStore.open(settings, owned=[], topic=plan.name(EVENTS))
     subscription = store.subscribe(EventFilter())
     watcher = asyncio.create_task(_watch(subscription, state, lambda: progress(run)))
@@ -132,19 +148,23 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
             phase("waiting for the runtime managers")
             await _until_members(run, 2)
             await _until_served(client)
-            phase(f"starting {len(pipelines)} pipeline and {len(chats)} chat agents")
+            phase(f"starting {len(pipelines)} pipeline and {len(chats)} chat agents and "
+                  f"a team")
             await asyncio.gather(*(client.start_agent(a, "example.pipeline") for a in pipelines),
-                                 *(client.start_agent(a, "example.chat") for a in chats))
+                                 *(client.start_agent(a, "example.chat") for a in chats),
+                                 client.start_agent(TEAM_LEADER, "example.team"))
             task = {"steps": options.steps, "step_ms": options.step_ms, "email": True}
-            await asyncio.gather(*(client.assign_task(a, "analysis-1", task) for a in pipelines))
+            await asyncio.gather(*(client.assign_task(a, "analysis-1", task) for a in pipelines),
+                                 client.assign_task(TEAM_LEADER, "question-1",
+                                                    _team_task(options)))
             for n, message in enumerate(CHAT_MESSAGES, start=1):
                 await asyncio.gather(*(client.assign_task(a, f"turn-{n}", {"message": message})
                                        for a in chats))
-            phase("fleet at work")
-            await _until(lambda: state.steps_done >= options.kill_at * state.total_steps,
-                         options.timeout_s)
-            _kill_busiest_worker(run)
-            phase("worker killed: waiting for the fleet to be resurrected")
+            phase("fleet and team at work")
+            await _kill_leaders_worker(run, options)
+            phase("worker killed: a busy sub-agent next")
+            await _kill_busy_child(run, client, options)
+            phase("waiting for the fleet to be resurrected")
             await _until(lambda: state.steps_done >= 0.7 * state.total_steps
                          or state.tasks_done >= state.total_tasks - 1, options.timeout_s)
             victim = _busy_agent(state)
@@ -154,6 +174,10 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
                 run.fault_times.setdefault(victim, []).append(utc_now())
                 with contextlib.suppress(Exception):  # it may just have finished
                     await client.command("agent.kill", victim)
+            phase("the same question to a team without faults")
+            _add_leader(run, CALM_LEADER)
+            await client.start_agent(CALM_LEADER, "example.team")
+            await client.assign_task(CALM_LEADER, "question-1", _team_task(options))
             if "health-checker" in _names(run):
                 await _hang_one(run, client, options)
             phase("waiting for every task")
@@ -185,19 +209,83 @@ def _names(run: DemoRun) -> set[str]:
     return {service.name for service in run.services}
 
 
-def _kill_busiest_worker(run: DemoRun) -> None:
+def _team_task(options: DemoOptions) -> dict[str, object]:
+    return {"question": TEAM_QUESTION, "subtasks": TEAM_SUBTASKS, "step_ms": options.step_ms,
+            "email": True}
+
+
+def _add_leader(run: DemoRun, leader: str) -> None:
+    run.state.agents[leader] = AgentProgress(leader)
+    run.state.total_tasks += 1
+    run.state.total_steps += TEAM_LEADER_STEPS
+    run.emails_expected += 1
+
+
+async def _kill_leaders_worker(run: DemoRun, options: DemoOptions) -> None:
+    """SIGKILL of the worker that hosts the team's leader, once it is mid-dispatch (its 3rd
+    sub-task dispatched, its task open) and the fleet is ``kill_at`` done (or the leader is
+    about to leave the window: its 5th dispatch); its busy fleet agents die with it. Should
+    the leader finish first, the busiest worker dies instead (and the faults say so)."""
     state = run.state
-    workers = state.workers()
-    target = workers.most_common(1)[0][0] if workers else "worker-1"
+    leader = state.agents[TEAM_LEADER]
+
+    def mid_dispatch() -> bool:
+        return (len(leader.dispatched) >= TEAM_KILL_AFTER and leader.tasks_done == 0
+                and leader.status == "running" and bool(leader.worker))
+
+    await _until(lambda: leader.tasks_done > 0 or (mid_dispatch() and (
+        state.steps_done >= options.kill_at * state.total_steps
+        or len(leader.dispatched) >= TEAM_KILL_AFTER + 2)), options.timeout_s)
+    if mid_dispatch():
+        _kill_worker(run, leader.worker, f"the team leader {TEAM_LEADER}, mid-dispatch: "
+                     f"{len(leader.dispatched)}/{TEAM_SUBTASKS} sub-tasks dispatched, and")
+    else:
+        workers = state.workers()
+        _kill_worker(run, workers.most_common(1)[0][0] if workers else "worker-1",
+                     "NOT the team leader (it finished before being mid-dispatch at the "
+                     "kill), but")
+
+
+def _kill_worker(run: DemoRun, target: str, hosting: str) -> None:
+    state = run.state
     service = next((s for s in run.services if s.args[2:3] == [target]), run.services[0])
     now = utc_now()
     for agent in state.agents.values():
         if agent.worker == target:
             run.fault_times.setdefault(agent.agent_id, []).append(now)
     service.kill()
-    hosted = sum(1 for a in state.agents.values() if a.worker == target)
-    state.faults.append(f"SIGKILL {service.name} ({target}, hosting {hosted} agents) at "
-                        f"{_clock()}, {state.steps_done}/{state.total_steps} steps done")
+    run.killed_worker = target
+    busy = state.workers().get(target, 0)
+    state.faults.append(f"SIGKILL {service.name} ({target}, hosting {hosting} {busy} busy "
+                        f"fleet agents) at {_clock()}, {state.steps_done}/{state.total_steps} "
+                        f"steps done")
+
+
+async def _kill_busy_child(run: DemoRun, client: Client, options: DemoOptions) -> None:
+    """``agent.kill`` of a sub-agent of the team that is working now on the live worker.
+    Not a second SIGKILL: with two runtime managers only one is left after the first, and
+    restarting the killed one and waiting for the group takes longer than the team's
+    remaining work."""
+    state = run.state
+    leader = state.agents[TEAM_LEADER]
+
+    def busy_child() -> str | None:
+        return next((c for c in leader.dispatched if state.busy(c)
+                     and state.agents[c].worker not in ("", run.killed_worker)), None)
+
+    await _until(lambda: busy_child() is not None or leader.tasks_done > 0, options.timeout_s,
+                 poll_s=0.02)
+    child = busy_child()
+    if child is None:
+        state.faults.append(f"no busy sub-agent of {TEAM_LEADER} found on a live worker: "
+                            f"none killed")
+        return
+    run.fault_times.setdefault(child, []).append(utc_now())
+    state.faults.append(f"sub-agent {child} killed mid-task on {state.agents[child].worker} "
+                        f"(ares agents kill; not a second SIGKILL: one runtime manager is "
+                        f"left) at {_clock()}")
+    with contextlib.suppress(Exception):  # it may just have finished
+        await client.command("agent.kill", child)
 
 
 def _busy_agent(state: FleetState) -> str | None:
@@ -213,12 +301,13 @@ async def _watch(subscription: Subscription, state: FleetState,
         changed()
 
 
-async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+async def _until(condition: Callable[[], bool], timeout_s: float,
+                 poll_s: float = 0.1) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"the demo did not get there within {timeout_s:.0f}s")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(poll_s)
 
 
 async def _until_members(run: DemoRun, count: int, timeout_s: float = 120) -> None:
@@ -272,7 +361,7 @@ async def _report(run: DemoRun, options: DemoOptions, ledger: Path) -> DemoRepor
         streams, list(evidence.read_lines(ledger / evidence.LLM_CALLS)),
         list(evidence.read_lines(ledger / evidence.SIDE_EFFECTS)),
         emails_expected=run.emails_expected, fault_times=run.fault_times,
-        faults=run.state.faults)
+        faults=run.state.faults, team=(TEAM_LEADER, CALM_LEADER, TEAM_SUBTASKS))
 
 
 def _service_env(settings: Settings, options: DemoOptions, ledger: Path) -> dict[str, str]:

@@ -32,5 +32,11 @@ def render(state: FleetState, phase: str) -> RenderableType:
     stats.add_row("resurrected", str(state.resurrected))
     workers = ", ".join(f"{w}: {n}" for w, n in sorted(state.workers().items())) or "-"
     stats.add_row("busy agents per worker", workers)
+    for leader in (state.agents[a] for a in state.leaders if a in state.agents):
+        members = [state.agents[c] for c in leader.dispatched if c in state.agents]
+        stats.add_row(f"team {leader.agent_id}",
+                      f"{leader.status} on {leader.worker or '-'}, {len(members)} dispatched, "
+                      f"{sum(1 for m in members if state.busy(m.agent_id))} busy, "
+                      f"{sum(1 for m in members if m.tasks_done)} done")
     faults = Text("\n".join(f"  ✗ {f}" for f in state.faults[-4:]), style="red")
     return Group(header, bar, counts, stats, faults)
