@@ -76,7 +76,7 @@ def test_json_document_is_the_contract() -> None:
         "agent_id", "kind", "status", "incarnation", "restarts", "deaths", "recent_deaths",
         "worker", "version", "last_event_time", "last_event_type", "started_at", "config",
         "snapshot_version", "last_death", "quarantine_reason", "current_task", "tasks",
-        "tokens", "in_doubt", "waiting_for"}
+        "tokens", "in_doubt", "waiting_for", "parent_id"}
     assert doc["waiting_for"] is None
     assert doc["current_task"] == {"task_id": "t1", "state": "running"}
     assert doc["last_death"]["cause"] == "killed"

@@ -2,9 +2,10 @@
 
 Write commands (start, stop, kill, resume, task, resolve, snapshot) go through ``ares.Client``
 to the owner of the agent's partition, which validates them and appends the events; they
-print one line on stdout once the owner has answered. Read commands (status, genealogy)
-scan ``ares.events`` read-only (read_committed, no consumer group, no partition ownership)
-and fold the views of ``ares.views.agents`` and ``ares.lifecycle.genealogy``.
+print one line on stdout once the owner has answered. Read commands (status, genealogy,
+tree) scan ``ares.events`` read-only (read_committed, no consumer group, no partition
+ownership) and fold the views of ``ares.views.agents``, ``ares.lifecycle.genealogy`` and
+``ares.views.team``.
 
 Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent/call, 2 usage (a bad
 flag, e.g. JSON that does not parse), 3 version conflict that persisted (resolve), 4 broker
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from ares.agents.records import RESOLUTIONS, resolution_event
 from ares.cli.common import err_console, run_async, settings_of
+from ares.cli.render import one_line
 from ares.cli.send import ISSUER, send_command
 from ares.client import Client
 from ares.commands.model import MAX_SIGNAL_PAYLOAD_BYTES, Reply
@@ -42,6 +44,7 @@ from ares.lifecycle.state import AGENT_STARTED, WaitingFor
 from ares.logs import quiet_aiokafka
 from ares.topics import EVENTS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
+from ares.views.team import Member, TeamScan, TeamTree, team_tree
 
 T = TypeVar("T")
 
@@ -55,11 +58,12 @@ _JSON_HELP = "machine-readable output (JSON)"
 
 @click.group()
 def agents() -> None:
-    """Agents: start, stop, kill, resume, tasks, in-doubt tool calls, status, genealogy.
+    """Agents: start, stop, kill, resume, tasks, in-doubt tool calls, status, genealogy,
+    teams.
 
     \b
     start, stop, kill, resume, task, resolve and snapshot go through the owner of the
-    agent's partition (`ares run runtime-manager`); status and genealogy only read
+    agent's partition (`ares run runtime-manager`); status, genealogy and tree only read
     ares.events and are safe to run at any time.
     Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent or call,
     2 bad flag (e.g. invalid JSON), 3 version conflict (resolve),
@@ -312,7 +316,9 @@ def status(ctx: click.Context, agent_id: str | None, as_json: bool, waiting: boo
     snapshot_version, last_death, quarantine_reason, current_task {task_id, state},
     tasks {assigned, completed, failed, pending}, tokens {spent, saved, spent_twice, ...},
     in_doubt [{call_id, task_id, tool, idempotency_key, reason, since}],
-    waiting_for {task_id, kind (signal, timer, approval), names, deadline, since} or null.
+    waiting_for {task_id, kind (signal, timer, approval), names, deadline, since} or null,
+    parent_id (the agent that delegated its latest delegated task; `ares agents tree`
+    shows the whole team) or null.
     An unknown ID exits 1; no agents at all prints nothing on stdout (exit 0).
     """
     settings = settings_of(ctx)
@@ -384,6 +390,56 @@ def genealogy_command(ctx: click.Context, agent_id: str, as_json: bool) -> None:
     _stdout().print(_genealogy_table(agent_id, incarnations))
 
 
+@agents.command("tree")
+@click.argument("agent_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object: the root, with its children nested")
+@click.pass_context
+def tree_command(ctx: click.Context, agent_id: str, as_json: bool) -> None:
+    """The team rooted at agent ID: the agents it delegated tasks to, theirs, and so on
+    (teams: a leader's ctx.delegate starts a sub-agent, its child).
+
+    \b
+    One line per member, indented under its parent:
+      lead (team.lead) · running · incarnation 1 · task t-7 · tokens 1,200 spent, 0 reused
+      ├─ lead.research-3 (team.researcher) · running · incarnation 2 · task lead/t-7/3 · …
+      └─ lead.write-9 (team.writer) · stopped · incarnation 1 · no task · …
+    A member's children are the agents it delegated to, in dispatch order, then any other
+    agent naming it as its parent. Each agent is shown once, at its shallowest place:
+    a cycle or a child shared by two members is never repeated. A child appears once its
+    agent.started is in the log. Tokens: spent (prompt + completion), and re-used from
+    the journal after recoveries.
+    --json: {agent_id, kind, status, incarnation, task_id, tokens_spent, tokens_reused,
+    parent_id, children: [the same shape, recursively]}, as GET /agents/{id}/tree of
+    `ares run replay-reader`.
+    Reads the whole of ares.events (as `ares agents status` without ID). An unknown ID
+    exits 1.
+    """
+    settings = settings_of(ctx)
+    with quiet_aiokafka():
+        members = run_async(_members(settings))
+    tree = team_tree(agent_id, members)
+    if as_json:
+        click.echo(_json_line(tree.to_json()))
+        return
+    for line in tree_lines(tree):
+        click.echo(line)
+
+
+async def _members(settings: Settings) -> dict[str, Member]:
+    store = await _open_store(settings)
+    try:
+        scan = TeamScan()
+        try:
+            async for event in store.read_all():
+                scan.add(event)
+        except KafkaError as exc:
+            raise translate(exc, f"scanning {store.topic}") from exc
+        return scan.members()
+    finally:
+        await store.close()
+
+
 # -- reading ----------------------------------------------------------------------------
 
 
@@ -427,6 +483,12 @@ def _view_lines(view: AgentView) -> list[str]:
         f"({_ago(view.last_event_time, datetime.now(UTC))}) {view.last_event_type or ''}"
         .rstrip(),
     ]
+    if view.parent_id is not None:
+        lines.append(f"parent    {view.parent_id} (its team: ares agents tree "
+                     f"{view.parent_id})")
+    if view.delegated_to:
+        lines.append(f"children  {len(view.delegated_to)} delegated to (the team: ares agents "
+                     f"tree {view.agent_id})")
     if view.quarantine_reason:
         lines.append(f"quarantine {view.quarantine_reason} (clear it: ares agents resume "
                      f"{view.agent_id})")
@@ -451,8 +513,11 @@ def _view_lines(view: AgentView) -> list[str]:
 
 
 def _views_table(views: list[AgentView]) -> Table:
+    # The PARENT column only when teams are in use: a fleet without one reads as before.
+    teams = any(v.parent_id is not None for v in views)
     table = _table("AGENT", "KIND", "STATUS", "INC", "RESTARTS", "WORKER", "VERSION", "TASK",
-                   "TOKENS", "TWICE", "IN DOUBT", "WAITS FOR", "LAST EVENT")
+                   "TOKENS", "TWICE", "IN DOUBT", "WAITS FOR", "LAST EVENT",
+                   *(("PARENT",) if teams else ()))
     now = datetime.now(UTC)
     for v in views:
         task_text = "-" if v.current_task is None else f"{_short(v.current_task)} ({v.task_state})"
@@ -460,8 +525,27 @@ def _views_table(views: list[AgentView]) -> Table:
                       v.worker or "-", str(v.version), task_text, f"{v.tokens.spent_tokens:,}",
                       str(v.tokens.spent_twice), str(len(v.in_doubt)) if v.in_doubt else "-",
                       "-" if v.waiting_for is None else _waits(v.waiting_for, brief=True),
-                      _ago(v.last_event_time, now))
+                      _ago(v.last_event_time, now),
+                      *((v.parent_id or "-",) if teams else ()))
     return table
+
+
+def tree_lines(tree: TeamTree) -> list[str]:
+    """The human team tree: one line per member, indented under its parent with ├─ └─
+    (what the log holds is escaped: one safe terminal line per member)."""
+    lines = []
+    for path, node in tree.walk():
+        indent = "".join("   " if last else "│  " for last in path[:-1])
+        branch = "" if not path else ("└─ " if path[-1] else "├─ ")
+        lines.append(indent + branch + _member_text(node.member))
+    return lines
+
+
+def _member_text(m: Member) -> str:
+    task = "no task" if m.task_id is None else f"task {one_line(m.task_id)}"
+    return (f"{one_line(m.agent_id)} ({one_line(m.kind)}) · {m.status} · incarnation "
+            f"{m.incarnation} · {task} · tokens {m.tokens_spent:,} spent, "
+            f"{m.tokens_reused:,} reused")
 
 
 def _waits(w: WaitingFor, *, brief: bool = False) -> str:

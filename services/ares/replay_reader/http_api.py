@@ -51,6 +51,7 @@ from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableEr
 from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
 from ares.replay_reader.source import NoSummaries
+from ares.views.team import Member, team_tree
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -293,6 +294,7 @@ class ReplayApi:
         get("/agents", self.list_agents)
         get("/agents/{agent_id}", self.get_agent)
         get("/agents/{agent_id}/genealogy", self.get_genealogy)
+        get("/agents/{agent_id}/tree", self.get_tree)
         get("/streams/{stream_id}/events", self.stream_events)
         get("/streams/{stream_id}/state", self.stream_state)
         get("/audit/{stream_id}", self.audit)
@@ -413,6 +415,33 @@ class ReplayApi:
                                                    agent["version"])
         return _ok({"agent_id": agent_id, "incarnations": incarnations, "source": source},
                    source)
+
+    async def get_tree(self, request: web.Request) -> web.Response:
+        """The team rooted at the agent: ``ares agents tree --json``'s document."""
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        members, source = await self._team(agent_id)
+        if agent_id not in members:
+            raise ApiError(404, f"no agent {agent_id!r}")
+        return _ok(team_tree(agent_id, members).to_json(), source)
+
+    async def _team(self, agent_id: str) -> tuple[dict[str, Member], str]:
+        """The team's members (a superset) and where they come from. The projection when
+        it has the root; else the log: the root's stream first, so an unknown agent costs
+        one partition's scan, then every agent (the whole log, as the listing's fallback)."""
+        try:
+            if self.store is None:
+                raise ProjectionUnavailableError("no projection store")
+            rows = await self.store.team(agent_id)
+            if rows:
+                return {r["agent_id"]: Member.of(AgentRow.from_record(r))
+                        for r in rows}, "projection"
+        except ProjectionUnavailableError:
+            pass
+        # Not projected (yet), or PostgreSQL is down: the log decides.
+        if await fallback.agent_from_log(self.reader, agent_id) is None:
+            return {}, "log"
+        every = await fallback.agents_from_log(self.reader)
+        return {a: Member.of(row) for a, row in every.items()}, "log"
 
     # -- streams ---------------------------------------------------------------------------
 

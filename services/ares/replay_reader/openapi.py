@@ -101,6 +101,23 @@ _SCHEMAS: dict[str, Any] = {
                            "deadline": _NULL_TIME, "since": _NULL_TIME}},
         "pending_signals": {"type": "array", "items": {"type": "string"},
                             "description": "names of the signals received and not consumed"},
+        "parent_id": {**_NULL_STR, "description": "teams: the agent that delegated this "
+                                                   "agent's latest delegated task"},
+    }),
+    "AgentTree": _obj({
+        "agent_id": {"type": "string"}, "kind": {"type": "string"},
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "incarnation": {"type": "integer"},
+        "task_id": {**_NULL_STR, "description": "the current task"},
+        "tokens_spent": {"type": "integer", "description": "prompt + completion tokens"},
+        "tokens_reused": {"type": "integer",
+                          "description": "re-used from the journal after recoveries"},
+        "parent_id": {**_NULL_STR, "description": "the agent that delegated this agent's "
+                                                   "latest delegated task"},
+        "children": {"type": "array", "items": _ref("AgentTree"),
+                     "description": "the agents it delegated to (dispatch order), then any "
+                                    "other naming it as parent; each agent appears once in "
+                                    "the tree"},
     }),
     "AgentPage": _obj({"items": {"type": "array", "items": _ref("Agent")},
                        "next": _NULL_STR, "source": _ref("Source")}),
@@ -211,6 +228,12 @@ _PATHS: dict[str, Any] = {
         "Every incarnation of an agent, with causes of death and recoveries",
         _json(_ref("Genealogy"), "the incarnations, oldest first"), [_AGENT],
         op_id="getGenealogy")},
+    "/agents/{agent_id}/tree": {"get": _op(
+        "The team rooted at an agent: the agents it delegated tasks to, theirs, and so on "
+        "(the document of `ares agents tree --json`; header X-Ares-Source says where it was "
+        "read)",
+        _json(_ref("AgentTree"), "the root, its children nested"), [_AGENT],
+        op_id="getAgentTree")},
     "/streams/{stream_id}/events": {"get": _op(
         "Events of a stream from a version; pass `next_from` as `from` for the next page",
         _json(_ref("EventPage"), "a page of events, in version order"),
@@ -302,7 +325,7 @@ def document(server_url: str | None = None, *, writes: bool = True) -> dict[str,
     doc: dict[str, Any] = {
         "openapi": "3.0.3",
         "info": {"title": "ares-mesh replay reader", "version": "1",
-                 "description": "The read side of ares-mesh: agents, genealogy, streams, "
+                 "description": "The read side of ares-mesh: agents, genealogy, teams, streams, "
                                 "state at any version or time, integrity audits, live events;"
                                 " and signals to agents (writes: bearer token). Errors are "
                                 "RFC 9457 problem details. /healthz, /readyz and /metrics are "

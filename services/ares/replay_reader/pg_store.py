@@ -215,6 +215,22 @@ class ProjectionStore:
         async with self.connection() as conn:
             return await conn.fetchrow("SELECT * FROM agents WHERE agent_id = $1", agent_id)
 
+    async def team(self, agent_id: str) -> list[Any]:
+        """The rows of ``agent_id`` and of every agent below it, in no order: the agents it
+        delegated to and those naming it as their parent, transitively (``views.team``
+        builds the tree from them). Empty when it is not projected. The recursion's UNION
+        drops the rows it already has, so a cycle of delegations ends. A schema its
+        projector has not migrated to 0002_team_links yet (a rolling upgrade) is
+        ``ProjectionUnavailableError``: the reader answers from the log meanwhile."""
+        async with self.connection() as conn:
+            try:
+                rows: list[Any] = await conn.fetch(_TEAM, agent_id)
+            except asyncpg.exceptions.UndefinedColumnError as exc:
+                raise ProjectionUnavailableError(
+                    f"schema {self.schema!r} predates migration 0002_team_links: {exc}") \
+                    from exc
+            return rows
+
     async def genealogy(self, agent_id: str) -> list[Any]:
         async with self.connection() as conn:
             rows: list[Any] = await conn.fetch(
@@ -288,6 +304,19 @@ class ProjectionStore:
                                     "AND partition = $2", self.events_topic, partition)
         return 0 if value is None else int(value)
 
+
+_TEAM = """
+WITH RECURSIVE team(agent_id) AS (
+    SELECT agent_id FROM agents WHERE agent_id = $1
+  UNION
+    SELECT below.agent_id FROM team CROSS JOIN LATERAL (
+        SELECT unnest(p.delegated_to) AS agent_id FROM agents p WHERE p.agent_id = team.agent_id
+      UNION ALL
+        SELECT c.agent_id FROM agents c WHERE c.parent_id = team.agent_id
+    ) AS below
+)
+SELECT agents.* FROM agents JOIN team USING (agent_id)
+"""
 
 _UPSERT_STREAMS = """
 INSERT INTO streams SELECT * FROM stage_streams

@@ -1,7 +1,7 @@
 """What the projector writes for a batch of records: pure, no I/O.
 
 ``project`` turns decoded records of ``ares.events`` and ``ares.alerts`` into the rows of
-every table (``migrations/0001_projections.sql``), given the agents' rows as they were
+every table (``migrations/``), given the agents' rows as they were
 before the batch. Agents are ``ares.views.tally.AgentTally``, the read model the views
 are built on (the runtime's own lifecycle fold plus the SDK's token records), so the
 projection can disagree neither with the host nor with ``ares agents``; genealogy is
@@ -28,6 +28,7 @@ AGENT_COLUMNS = (
     "worker", "version", "last_event_type", "last_event_at", "last_death_cause",
     "quarantine_reason", "tasks_assigned", "tasks_completed", "tasks_failed", "tasks_pending",
     "llm_calls", "tokens_prompt", "tokens_completion", "tokens_reused", "resumes", "lifecycle",
+    "parent_id", "delegated_to",  # 0002_team_links.sql (added columns come last)
 )
 INDEX_COLUMNS = ("stream_id", "version", "partition", "offset", "event_type", "module", "ts",
                  "hash")
@@ -57,7 +58,7 @@ class AgentRow(AgentTally):
                 last_at, s.last_death_cause, s.quarantine_reason, s.tasks_assigned,
                 s.tasks_completed, s.tasks_failed, len(s.pending_tasks), self.llm_calls,
                 self.tokens_prompt, self.tokens_completion, self.tokens_reused, self.resumes,
-                json.dumps(s.to_json(), sort_keys=True))
+                json.dumps(s.to_json(), sort_keys=True), s.parent_id, list(self.delegated_to))
 
     @classmethod
     def from_record(cls, row: Mapping[str, Any]) -> AgentRow:
@@ -66,7 +67,8 @@ class AgentRow(AgentTally):
         return cls(lc.AgentLifecycle.from_json(data), int(row["deaths"]),
                    int(row["resurrections"]), int(row["llm_calls"]),
                    int(row["tokens_prompt"]), int(row["tokens_completion"]),
-                   int(row["tokens_reused"]), int(row["resumes"]))
+                   int(row["tokens_reused"]), int(row["resumes"]),
+                   tuple(str(c) for c in row["delegated_to"] or ()))
 
     def to_json(self) -> dict[str, Any]:
         """The API's Agent document."""
@@ -96,6 +98,8 @@ def agent_json(row: Mapping[str, Any]) -> dict[str, Any]:
         "pending_tasks": [t[0] for t in state.get("pending_tasks", [])],
         "waiting_for": _waiting_json(state.get("waiting")),
         "pending_signals": [g[1] for g in state.get("signals", [])],
+        # .get: a reader may serve a schema its projector has not migrated yet (a roll).
+        "parent_id": row.get("parent_id"),
     }
 
 

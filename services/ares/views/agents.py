@@ -11,7 +11,9 @@ restart of the runtime:
 * tokens through the SDK's ``ares.agents.ledger.token_ledger`` (spent, re-used from the
   journal after recoveries = saved, spent twice);
 * tool calls in doubt through the SDK's journals (``ares.agents.journal``): a
-  ``tool.in_doubt`` with neither an outcome nor a resolution.
+  ``tool.in_doubt`` with neither an outcome nor a resolution;
+* its team links through the tally too: ``parent_id`` (who delegated its latest delegated
+  task) and ``delegated_to`` (``ares.views.team`` builds the tree of a team from them).
 
 ``AgentViewBuilder`` consumes events one at a time and keeps only what the view needs (the
 lifecycle state, the token and tool records with their bulky fields dropped), so a scan of
@@ -138,6 +140,8 @@ class AgentView:
     tokens: TokenLedger
     in_doubt: tuple[InDoubt, ...]
     waiting_for: lc.WaitingFor | None = None  # what the current task waits for, since when
+    parent_id: str | None = None  # the agent that delegated its latest delegated task
+    delegated_to: tuple[str, ...] = ()  # the agents it delegated to, in dispatch order
 
     def to_json(self) -> dict[str, Any]:
         """The document of ``ares agents status --json`` (one JSON object per agent)."""
@@ -159,6 +163,7 @@ class AgentView:
             "in_doubt": [c.to_json() for c in self.in_doubt],
             "waiting_for": (None if self.waiting_for is None
                             else self.waiting_for.to_document()),
+            "parent_id": self.parent_id,
         }
 
 
@@ -220,7 +225,8 @@ class AgentViewBuilder:
             current_task=None if current is None else current.task_id, task_state=state,
             tasks=TaskCounts(life.tasks_assigned, life.tasks_completed, life.tasks_failed,
                              tuple(t.task_id for t in life.pending_tasks)),
-            tokens=token_ledger(self._ledger), in_doubt=in_doubt, waiting_for=life.waiting)
+            tokens=token_ledger(self._ledger), in_doubt=in_doubt, waiting_for=life.waiting,
+            parent_id=life.parent_id, delegated_to=tally.delegated_to)
 
     def in_doubt(self) -> tuple[InDoubt, ...]:
         found = []
