@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench import append, read, waits
+from bench import append, delegation, read, waits
 
 from ares.config import Settings
 from tests.support.kafka import admin_client
@@ -142,5 +142,37 @@ async def test_waits_bench_measures_waiting_agents_and_wakes_every_timer(
     assert timers["ours"]["early"] == 0  # never before its recorded deadline
     assert 1 <= timers["ours"]["peak_pending"] <= 500
     assert isinstance(timers["goal"]["met"], bool)
+
+    assert await bench_topics_left(settings) == []
+
+
+async def test_delegation_bench_times_every_child_against_command_round_trips(
+    settings: Settings,
+) -> None:
+    report = await delegation.run(settings, quick=True, partitions=PARTITIONS,
+                                  quiet_probes=10)
+    config = report["config"]
+    children = config["leaders"] * config["children"]
+
+    assert_section(report, "delegation")
+    assert report["higher_is_better"] is False
+    burst = report["parts"]["burst"]
+    assert_section(burst, "delegation.burst")
+    for phase in (report, burst):
+        # Every child of every leader was dispatched once and timed on both legs.
+        assert phase["dispatched"] == children
+        assert phase["ours"]["children"] == phase["ours"]["samples"] == children
+        resume = phase["parts"]["resume"]
+        assert_section(resume, f"{phase['name']}.resume")
+        assert resume["ours"]["children"] == children
+        assert set(resume["ours"]["split"]) == {"report", "signal", "wake", "wake_parked",
+                                                 "wake_busy"}
+        assert phase["ceiling"]["samples"] >= 1  # round trips during the phase
+        assert set(phase["ratios"]) >= {"dispatch_p50_over_round_trip_p50",
+                                        "resume_p50_over_round_trip_p50"}
+    assert report["quiet_round_trip"]["samples"] == 10
+    events = report["events"]
+    assert events["delegation.dispatched"] == events["delegation.reported"] == 2 * children
+    assert events["wait.completed"] == 2 * children
 
     assert await bench_topics_left(settings) == []

@@ -18,7 +18,8 @@ from ares.errors import ConfigError
 from ares.gc_policy import apply_gc_policy
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
-BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "waits", "java_clients")
+BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "waits", "delegation",
+              "java_clients")
 err = Console(stderr=True)
 
 
