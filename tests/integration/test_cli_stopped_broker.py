@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "schedules delete": ("s1",),
     "agents status": (),
     "agents genealogy": ("a1",),
+    "agents tree": ("a1",),
     "alerts tail": (),
     "events read": ("s1",),
     "events tail": (),
