@@ -65,7 +65,10 @@ def test_the_demo_passes_on_a_broker_formatted_a_moment_ago(
                 "--json", "--workdir", str(tmp_path), env=_env(fresh_broker), timeout=500)
     report = json.loads(_ok(done, fresh_broker))
     assert report["promises_kept"] is True, report["broken_promises"]
-    assert report["tasks_completed"] == report["tasks_assigned"] == 6 + 1 + 3
+    # 6 pipelines, the hung one, a chat's 3 turns, and two teams (a leader, 8 researchers
+    # and a distiller each)
+    assert report["tasks_completed"] == report["tasks_assigned"] == 6 + 1 + 3 + 2 * (1 + 8 + 1)
+    assert report["team"]["llm_steps_repaid"] == []
     assert any(fault.startswith("SIGKILL runtime-manager") for fault in report["faults"])
 
 
