@@ -9,7 +9,8 @@
 * If a matching signal is pending (the agent's ``Mailbox``: ``signal.received`` events not
   consumed yet, in arrival order) the wait consumes the first one; if the deadline has
   passed it times out (a timer: elapses); either way ``wait.completed`` {outcome: signal |
-  timeout | elapsed, signal_id, signal_name, payload_json} is appended and the handler goes on.
+  timeout | elapsed, signal_id, signal_name, payload_json} is appended and the handler goes on
+  (a wait met at once appends ``wait.started`` and ``wait.completed`` together: one append).
 * Otherwise the run ends: ``TaskWaiting`` (a ``BaseException``, like ``TaskPaused``) unwinds
   the handler and ``run_task`` returns ``WAITING`` with the ``Wait``. The host keeps only
   that (names, deadline) and runs the task again when a matching signal commits or the
@@ -126,23 +127,27 @@ async def wait(ctx: Context, kind: str, name: str, names: tuple[str, ...],
     if recorded is not None and recorded.completed:
         return recorded.result or {}
     where = {"task_id": ctx.task_id, "name": name, "occurrence": occurrence, "kind": kind}
+    metadata = r.position_metadata(position)
+    pending: list[NewEvent] = []
     if recorded is None:
         deadline_at = deadline_of(ctx.services.clock.time())
         started = {**where, "names": list(names), "deadline": deadline_at, **(details or {})}
-        await ctx._append([NewEvent(ev.WAIT_STARTED, ctx.module, started,
-                                    r.position_metadata(position))],
-                          _announcement(ctx, kind, details or {}))
+        pending.append(NewEvent(ev.WAIT_STARTED, ctx.module, started, metadata))
     else:
         started = dict(recorded.wait or {})
     deadline = started.get("deadline")
     deadline = float(deadline) if isinstance(deadline, int | float) else None
     outcome = _outcome(ctx, names, deadline)
-    if outcome is None:
+    completed = None if outcome is None else {**where, **outcome}
+    if completed is not None:
+        # Met at once (the signal came first): start and end in one append, not two.
+        pending.append(NewEvent(ev.WAIT_COMPLETED, ctx.module, completed, metadata))
+    if pending:
+        await ctx._append(pending, _announcement(ctx, kind, details or {})
+                          if recorded is None else ())
+    if completed is None:
         _suspend(ctx, Wait(ctx.task_id, kind, names, deadline, dict(details or {}), name,
                            occurrence))
-    completed = {**where, **outcome}
-    await ctx._append([NewEvent(ev.WAIT_COMPLETED, ctx.module, completed,
-                                r.position_metadata(position))])
     return completed
 
 
