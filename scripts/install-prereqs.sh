@@ -11,6 +11,10 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ -n "${ARES_DEV_PG_BIN
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 # kcat: the audit of a log dumped by standard Kafka tooling (docs/clients.md).
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+# Headless Chromium for the dashboard's browser tests (tests/browser): Playwright for Python
+# drives Debian's own build (/usr/bin/chromium); no browser is ever downloaded by Playwright.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -23,6 +23,12 @@ _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*$")
 MIN_API_TOKEN = 16
 MAX_API_TOKEN = 4096
 _TOKEN_RE = re.compile(rf"[\x21-\x7e]{{{MIN_API_TOKEN},{MAX_API_TOKEN}}}")
+# The roles of ARES_API_TOKENS (ares.replay_reader.auth.Role): an operator may do what a
+# viewer may, and write.
+API_ROLES = ("viewer", "operator")
+# ARES_API_READS: "open" (reads need no token) or "token" (a viewer's or operator's).
+API_READS = ("open", "token")
+_ROLE_SHOWN_RE = re.compile(r"[A-Za-z_-]{1,20}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,19 @@ class Settings:
     # The bearer token the HTTP API's writes need (POST ..., `Authorization: Bearer <token>`);
     # None: writes are disabled (403). Never printed, logged or echoed in an error.
     api_token: str | None = field(default=None, repr=False)
+    # ARES_API_TOKENS: comma-separated role:token pairs (roles viewer, operator), for the
+    # HTTP API and its dashboard; ARES_API_TOKEN is one more operator token (the older
+    # form). Never printed, logged or echoed in an error; ``api_credentials()`` parses.
+    api_tokens: str | None = field(default=None, repr=False)
+    # ARES_API_READS: "open" (default) or "token" (every read needs a viewer's token).
+    api_reads: str = "open"
+    # ARES_API_SESSION_KEY: the key signing the dashboard's session cookies (shared by the
+    # replicas behind one address); None: a random key per process.
+    api_session_key: str | None = field(default=None, repr=False)
+    # ARES_ARENA / --arena: the arena's destructive demo commands (worker.crash: a runtime
+    # manager exits abruptly; the dashboard's Crash worker button). Off by default; the Helm
+    # chart's production values refuse it.
+    arena: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -85,6 +104,10 @@ class Settings:
             "command_issuers": env.get("ARES_COMMAND_ISSUERS", ""),
             "gc_threshold": _int_setting(env, "ARES_GC_THRESHOLD", DEFAULT_GEN0_THRESHOLD),
             "api_token": _secret(env, "ARES_API_TOKEN"),
+            "api_tokens": _secret(env, "ARES_API_TOKENS"),
+            "api_reads": env.get("ARES_API_READS") or "open",
+            "api_session_key": _secret(env, "ARES_API_SESSION_KEY"),
+            "arena": _bool_setting(env, "ARES_ARENA"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -140,6 +163,35 @@ class Settings:
             raise ConfigError(f"ARES_API_TOKEN must be {MIN_API_TOKEN}-{MAX_API_TOKEN} "
                               "visible ASCII characters (no spaces), e.g. the output of "
                               "`openssl rand -hex 32`")
+        credentials = self.api_credentials()
+        if self.api_reads not in API_READS:
+            raise ConfigError(f"ARES_API_READS must be one of {', '.join(API_READS)} "
+                              f"(got {self.api_reads[:40]!r})")
+        if self.api_reads == "token" and not credentials:
+            raise ConfigError("ARES_API_READS=token needs ARES_API_TOKENS (e.g. "
+                              "viewer:<token>,operator:<token>): else nobody could read")
+        if self.api_session_key is not None and not _TOKEN_RE.fullmatch(self.api_session_key):
+            raise ConfigError(f"ARES_API_SESSION_KEY must be {MIN_API_TOKEN}-{MAX_API_TOKEN} "
+                              "visible ASCII characters (no spaces), e.g. the output of "
+                              "`openssl rand -hex 32`")
+
+    def api_credentials(self) -> tuple[tuple[str, str], ...]:
+        """The API's tokens as (role, token) pairs: ARES_API_TOKENS's, then ARES_API_TOKEN
+        as an operator's. ``ConfigError`` names a bad pair by its position (and its role
+        when it is a word), never by its token."""
+        pairs: list[tuple[str, str]] = []
+        if self.api_tokens is not None:
+            pairs.extend(parse_api_tokens(self.api_tokens))
+        if self.api_token is not None:
+            pairs.append(("operator", self.api_token))
+        seen: dict[str, str] = {}
+        for role, token in pairs:
+            if token in seen:
+                raise ConfigError(f"ARES_API_TOKENS: one token is given twice (as "
+                                  f"{seen[token]} and as {role}; ARES_API_TOKEN counts as an "
+                                  "operator's): give each role its own token")
+            seen[token] = role
+        return tuple(pairs)
 
     def _validate_kafka_security(self) -> None:
         protocol = self.kafka_security_protocol.upper()
@@ -200,6 +252,48 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
         except OSError as exc:
             raise ConfigError(f"{name}_FILE: cannot read {path}: {exc.strerror}") from None
     return None
+
+
+def parse_api_tokens(raw: str, name: str = "ARES_API_TOKENS") -> list[tuple[str, str]]:
+    """``role:token`` pairs separated by commas (or newlines, for ARES_API_TOKENS_FILE);
+    blank entries are skipped. A pair is named by its position, never echoed."""
+    pairs: list[tuple[str, str]] = []
+    entries = [e.strip() for e in re.split(r"[,\n]", raw)]
+    for position, entry in enumerate(entries, start=1):
+        if not entry:
+            continue
+        role, colon, token = entry.partition(":")
+        role = role.strip()
+        token = token.strip()
+        shown = repr(role) if _ROLE_SHOWN_RE.fullmatch(role) else "(not shown)"
+        where = f"{name}: pair {position}"
+        if not colon:
+            raise ConfigError(f"{where} is not role:token (roles: {', '.join(API_ROLES)})")
+        if role.lower() not in API_ROLES:
+            raise ConfigError(f"{where}: the role {shown} is not one of "
+                              f"{', '.join(API_ROLES)}")
+        if not _TOKEN_RE.fullmatch(token):
+            raise ConfigError(f"{where} ({role.lower()}): the token must be "
+                              f"{MIN_API_TOKEN}-{MAX_API_TOKEN} visible ASCII characters "
+                              "without spaces or commas, e.g. the output of "
+                              "`openssl rand -hex 32`")
+        pairs.append((role.lower(), token))
+    if not pairs:
+        raise ConfigError(f"{name} holds no role:token pair (roles: {', '.join(API_ROLES)})")
+    return pairs
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def _bool_setting(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true/false, yes/no, on/off; got {raw!r})")
 
 
 def _int_setting(env: Mapping[str, str], name: str, default: int) -> int:

@@ -341,6 +341,34 @@ def test_extra_env_cannot_move_a_port_behind_the_charts_back(helm: str, bad: str
     assert message in result.stderr
 
 
+def test_the_arena_is_off_by_default_and_on_only_where_asked(render: Render) -> None:
+    for values in VALUE_SETS:
+        assert objects(render(values), "ConfigMap")["ares-mesh-config"]["data"][
+            "ARES_ARENA"] == "0", values
+    demo = objects(render("default", "settings.arena=true"), "ConfigMap")
+    assert demo["ares-mesh-config"]["data"]["ARES_ARENA"] == "1"
+
+
+@pytest.mark.parametrize(("values", "bad", "message"), [
+    # The production values refuse the arena: worker.crash makes runtime managers exit.
+    ("production", "settings.arena=true", "settings.arena: the arena"),
+    ("default", "topics.environment=production,settings.arena=true",
+     "refused with topics.environment production"),
+    # ... and it cannot come in behind the chart's back.
+    ("production", "settings.extraEnv.ARES_ARENA=1", "settings.extraEnv.ARES_ARENA"),
+    ("production", "runtimeManager.extraEnv[0].name=ARES_ARENA,"
+                   "runtimeManager.extraEnv[0].value=1",
+     "runtimeManager.extraEnv: ARES_ARENA comes from settings.arena"),
+    ("default", "settings.arena=yes", "/settings/arena"),
+])
+def test_the_arena_is_refused_in_production(helm: str, values: str, bad: str,
+                                            message: str) -> None:
+    files, sets = VALUE_SETS[values]
+    result = run(template_args(helm, files, (*sets, bad)), check=False)
+    assert result.returncode != 0, f"{bad} was accepted with the {values} values"
+    assert message in result.stderr
+
+
 def test_only_the_replay_reader_gets_the_database(render: Render) -> None:
     workloads = {**objects(render("production"), "StatefulSet"),
                  **objects(render("production"), "Deployment")}

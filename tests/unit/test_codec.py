@@ -96,6 +96,7 @@ SAMPLE_COMMAND_PAYLOADS: dict[str, dict[str, Any]] = {
     "schedule.pause": {"reason": "holiday"},
     "schedule.resume": {},
     "schedule.delete": {"reason": "obsolete"},
+    "worker.crash": {"worker_id": "worker-1", "reason": "arena"},
 }
 
 

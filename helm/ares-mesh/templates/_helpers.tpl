@@ -130,6 +130,13 @@ The ARES_* settings every process shares (the ConfigMap's data; the hook Job's e
 ARES_HTTP_PORT is not one of them: each service has its own (<component>.httpPort).
 */}}
 {{- define "ares-mesh.configData" -}}
+{{- /* The arena (worker.crash: a runtime manager exits on request) is for demos only. */ -}}
+{{- if hasKey .Values.settings.extraEnv "ARES_ARENA" -}}
+{{- fail "settings.extraEnv.ARES_ARENA: the arena is settings.arena, set that instead" -}}
+{{- end -}}
+{{- if and .Values.settings.arena (eq (toString .Values.topics.environment) "production") -}}
+{{- fail "settings.arena: the arena (worker.crash makes runtime managers exit on request) is refused with topics.environment production" -}}
+{{- end -}}
 ARES_KAFKA_BOOTSTRAP: {{ .Values.kafka.bootstrapServers | quote }}
 ARES_KAFKA_SECURITY_PROTOCOL: {{ .Values.kafka.securityProtocol | quote }}
 {{- if hasPrefix "SASL_" .Values.kafka.securityProtocol }}
@@ -157,6 +164,7 @@ ARES_LOG_LEVEL: {{ .Values.settings.logLevel | quote }}
 ARES_MAX_RECORD_BYTES: {{ .Values.settings.maxRecordBytes | int64 | quote }}
 ARES_REQUEST_TIMEOUT_S: {{ .Values.settings.requestTimeoutSeconds | quote }}
 ARES_STARTUP_TIMEOUT_S: {{ .Values.settings.startupTimeoutSeconds | quote }}
+ARES_ARENA: {{ ternary "1" "0" (.Values.settings.arena | default false) | quote }}
 {{- range $name, $value := .Values.settings.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
 {{- end }}
@@ -234,6 +242,9 @@ The pod template of a long-running service. Call with
 {{- range $values.extraEnv -}}
 {{- if eq (toString .name) "ARES_HTTP_PORT" -}}
 {{- fail (printf "%s.extraEnv: ARES_HTTP_PORT comes from %s.httpPort, set that instead" $.key $.key) -}}
+{{- end -}}
+{{- if eq (toString .name) "ARES_ARENA" -}}
+{{- fail (printf "%s.extraEnv: ARES_ARENA comes from settings.arena, set that instead" $.key) -}}
 {{- end -}}
 {{- end -}}
 metadata:

@@ -27,14 +27,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ares.agents.records import RESOLUTIONS, resolution_event
+from ares.agents.records import RESOLUTIONS
 from ares.cli.common import err_console, run_async, settings_of
 from ares.cli.render import one_line
 from ares.cli.send import ISSUER, send_command
 from ares.client import Client
 from ares.commands.model import MAX_SIGNAL_PAYLOAD_BYTES, Reply
 from ares.config import Settings
-from ares.errors import ConflictError, UnavailableError
+from ares.errors import UnavailableError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
@@ -42,6 +42,7 @@ from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.genealogy import Incarnation, genealogy, genealogy_json
 from ares.lifecycle.state import AGENT_STARTED, WaitingFor
 from ares.logs import quiet_aiokafka
+from ares.resolution import resolve_call
 from ares.topics import EVENTS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
 from ares.views.team import Member, TeamScan, TeamTree, team_tree
@@ -244,21 +245,14 @@ async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, re
     store = await _open_store(settings)
     try:
         async with Client(settings, issuer=ISSUER) as client:
-            for attempt in range(1, _RESOLVE_ATTEMPTS + 1):
-                events = await _read(store, agent_id)
-                call = agent_builder(events, agent_id).check_resolvable(call_id)
-                event = resolution_event(call_id, as_, result=result, note=note,
-                                         task_id=call.task_id, tool=call.tool,
-                                         module=MODULE, by="operator")
-                # At the version we checked: a resolution never lands on a stream that
-                # moved after the check (e.g. the call was settled meanwhile).
-                expected = events[-1].version if events else 0
-                try:
-                    return await client.append(agent_id, [event], expected, reply_timeout_s)
-                except ConflictError:
-                    if attempt == _RESOLVE_ATTEMPTS:
-                        raise
-            raise AssertionError("unreachable")
+
+            async def read(stream_id: str) -> list[Event]:
+                return await _read(store, stream_id)
+
+            return await resolve_call(client, read, agent_id, call_id, as_, result=result,
+                                      note=note, module=MODULE, by="operator",
+                                      reply_timeout_s=reply_timeout_s,
+                                      attempts=_RESOLVE_ATTEMPTS)
     finally:
         await store.close()
 

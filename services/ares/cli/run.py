@@ -51,12 +51,15 @@ def run() -> None:
 @click.option("--snapshot-every", type=click.IntRange(1), default=200, show_default=True,
               envvar="ARES_SNAPSHOT_EVERY", show_envvar=True,
               help="Events of an agent between automatic snapshots.")
+@click.option("--arena", is_flag=True, default=None,
+              help="Honour the arena's worker.crash (exit abruptly on request, for a "
+                   "dashboard's Crash worker button; ARES_ARENA=1). Never in production.")
 @click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.pass_context
 def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout_ms: int,
                     agent_specs: tuple[str, ...], heartbeat_interval: float,
-                    snapshot_every: int, log_level: str) -> None:
+                    snapshot_every: int, arena: bool | None, log_level: str) -> None:
     """Owns partitions of the event log and hosts their agents.
 
     Every instance joins the consumer group <prefix>ares-runtime; the owner of partition p
@@ -65,7 +68,7 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
     when a worker dies, takes over its partitions and resumes its agents.
     """
     logs.configure(log_level)
-    settings = settings_of(ctx)
+    settings = settings_of(ctx).with_overrides(arena=arena or None)
     manager = RuntimeManager(settings, load_topics(settings), agents=agent_specs,
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
@@ -127,11 +130,15 @@ def compactor(ctx: click.Context, /, log_level: str, **flags: Any) -> None:
               help="Serve the API only; another replica projects.")
 @click.option("--agents", "agent_specs", multiple=True, envvar="ARES_AGENTS", show_envvar=True,
               help="Agent kinds whose state the API folds, as package.module:REGISTRY.")
+@click.option("--arena", is_flag=True, default=None,
+              help="The arena: the dashboard offers Crash worker (the worker.crash command, "
+                   "honoured by runtime managers run with --arena; ARES_ARENA=1). Never in "
+                   "production.")
 @click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.pass_context
 def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_projector: bool,
-                  agent_specs: tuple[str, ...], log_level: str) -> None:
+                  agent_specs: tuple[str, ...], arena: bool | None, log_level: str) -> None:
     """The read side: PostgreSQL projections and the HTTP API (with SSE) over them.
 
     Projects ares.events and ares.alerts into PostgreSQL (ARES_POSTGRES_DSN; the schema's
@@ -140,7 +147,7 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
     serve reads; reads fall back to scanning Kafka while PostgreSQL is down.
     """
     logs.configure(log_level)
-    settings = settings_of(ctx)
+    settings = settings_of(ctx).with_overrides(arena=arena or None)
     service = ReplayReaderService(settings, http_port=http_port, schema=schema,
                                   project=not no_projector, agents=agent_specs)
     _serve(ctx, service, settings, probes=False)  # its API serves /healthz and /readyz

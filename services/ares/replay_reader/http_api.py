@@ -6,30 +6,36 @@ computed from the log (``fallback``) and say so (``"source": "log"``, header
 (``application/problem+json``), including unknown paths and methods; nothing escapes as
 a bare 500 page. Parameters are checked against the limits the OpenAPI document states.
 
-Reads are open. Writes (``POST``) need ``Authorization: Bearer <ARES_API_TOKEN>``
-(``WriteAuth``) and go to the agents' owners as commands on ``ares.commands``, through an
-``ares.Client`` of the API's own (issuer ``http-api``), started on the first write.
+Who may do what is ``auth.ApiAuth``'s: reads are open, or need a viewer's or operator's
+token with ``ARES_API_READS=token`` (but /healthz, /readyz and /metrics); writes (``POST``)
+need an operator's token of ``ARES_API_TOKENS`` (or ``ARES_API_TOKEN``), as a bearer token
+or the dashboard's session (then with its CSRF token). A refused write is answered before
+its body is read and sends nothing. Writes go to the agents' owners as commands on
+``ares.commands``, one per request, through an ``ares.Client`` of the API's own (issuer
+``http-api``), started on the first write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from http import HTTPStatus
 from typing import Any, NoReturn
+from urllib.parse import urlencode
 
 from aiohttp import web
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.exposition import choose_encoder
 
+from ares.agents.records import RESOLUTIONS
 from ares.agents.registry import AgentRegistry
-from ares.client import Client
+from ares.client import Client, CommandRejectedError
 from ares.commands.model import (
     MAX_SIGNAL_NAME,
     MAX_SIGNAL_PAYLOAD_BYTES,
@@ -38,19 +44,23 @@ from ares.commands.model import (
     ReplyStatus,
 )
 from ares.config import Settings
-from ares.errors import AresError, TransientError
-from ares.events.model import EventFilter
+from ares.errors import AresError, ConflictError, TransientError
+from ares.events.model import Event, EventFilter
 from ares.events.ports import SummarySource
 from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.state import Status
-from ares.replay_reader import fallback, openapi
+from ares.replay_reader import arena_api, fallback, openapi, ui
 from ares.replay_reader.audit_run import AuditScope, run_audit
+from ares.replay_reader.auth import ApiAuth, Principal, Role
+from ares.replay_reader.auth import ApiError as ApiError  # noqa: PLC0414 (re-exported)
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.live import Listener, LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
 from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
 from ares.replay_reader.source import NoSummaries
+from ares.resolution import resolve_call as resolve_in_doubt
+from ares.views.agents import NoSuchAgentError, NotResolvableError
 from ares.views.team import Member, team_tree
 
 log = logging.getLogger(__name__)
@@ -68,19 +78,27 @@ _RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_S)}
 _SIGNAL_NAME_RE = re.compile(openapi.SIGNAL_NAME_PATTERN)
 _SIGNAL_ID_RE = re.compile(openapi.SIGNAL_ID_PATTERN)
 _SIGNAL_FIELDS = frozenset({"payload", "signal_id"})
+# The largest body of a write but a signal's (whose payload alone may be 64 KiB): 413 beyond.
+MAX_BODY_BYTES = openapi.MAX_BODY_BYTES
+_START_FIELDS = frozenset({"kind", "config"})
+_STOP_FIELDS = frozenset({"reason"})
+_TASK_FIELDS = frozenset({"input", "task_id"})
+_RESOLVE_FIELDS = frozenset({"as", "result", "note"})
+_NOTE_RE = re.compile(r"^[^\x00-\x08\x0b-\x1f\x7f]*$")  # a note may hold line breaks
+# What a lifecycle write's 202 says when the owner adds nothing.
+_DONE = {"agent.start": "started", "agent.stop": "stopped",
+         "agent.kill": "killed: the runtime records the death and resurrects it",
+         "agent.resume": "resumed"}
+# Reads that stay open with ARES_API_READS=token: the probes and the metrics (no agent data:
+# series by route), the dashboard's sign-in page and its static files. Any other dashboard
+# page without credentials is sent to the sign-in page (303).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+UI_PREFIX = "/ui"
+UI_LOGIN = "/ui/login"
+UI_STATIC = "/ui/static/"
 # How an owner says it hosts no such agent (host_commands: "unknown_agent: no agent 'x'
 # to signal ..." or "no agent 'x' (...)"); anchored: an agent id is quoted in messages.
 _NO_AGENT_RE = re.compile(r"^(unknown_agent: )?no agent\b")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, detail: str, *, headers: Mapping[str, str] | None = None,
-                 extra: Mapping[str, Any] | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.headers = dict(headers or {})
-        self.extra = dict(extra or {})
 
 
 def problem(status: int, detail: str, instance: str, *,
@@ -176,43 +194,6 @@ def _unicode(value: str, name: str) -> str:
 # -- writes ------------------------------------------------------------------------------
 
 
-class WriteAuth:
-    """Who may write: a request with ``Authorization: Bearer <token>``, the token being
-    ``ARES_API_TOKEN`` (compared in constant time). Unset, every write is refused (403):
-    an API that can send commands is never open by default. Refusals are logged (method,
-    path, peer, why), never the token sent or expected. One check for every write route."""
-
-    def __init__(self, token: str | None) -> None:
-        self._token = None if token is None else token.encode()
-
-    @property
-    def enabled(self) -> bool:
-        return self._token is not None
-
-    def check(self, request: web.Request) -> None:
-        """Return if ``request`` may write; else raise the 401 or 403 to answer."""
-        if self._token is None:
-            self._refuse(request, 403, "writes are disabled: set ARES_API_TOKEN")
-        scheme, _, credentials = request.headers.get("Authorization", "").strip().partition(" ")
-        given = credentials.strip()
-        if scheme.lower() != "bearer" or not given:
-            self._refuse(request, 401, "this write needs a bearer token: "
-                                       "Authorization: Bearer <ARES_API_TOKEN>",
-                         'Bearer realm="ares"')
-        # Header values arrive as text decoded with surrogateescape: these are their bytes.
-        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token):
-            self._refuse(request, 401, "the bearer token is not valid",
-                         'Bearer realm="ares", error="invalid_token"')
-
-    @staticmethod
-    def _refuse(request: web.Request, status: int, detail: str,
-                challenge: str | None = None) -> NoReturn:
-        log.warning("refused %s %r from %s: %d %s", request.method, request.path[:300],
-                    request.remote, status, detail)
-        raise ApiError(status, detail,
-                       headers=None if challenge is None else {"WWW-Authenticate": challenge})
-
-
 def _signal_name(value: str) -> str:
     if not 1 <= len(value) <= MAX_SIGNAL_NAME or not _SIGNAL_NAME_RE.fullmatch(value):
         raise ApiError(400, f"a signal name is 1-{MAX_SIGNAL_NAME} characters of "
@@ -259,10 +240,66 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _signal_refused(reply: Reply) -> ApiError:
-    """The owner's refusal as the API's: 404 when it hosts no such agent, else 422."""
+def _refused(reply: Reply) -> ApiError:
+    """The owner's refusal as the API's: 404 when it hosts no such agent, 409 when the
+    stream moved under an expected version, else 422 (its message says why)."""
     message = reply.message or f"the owner answered {reply.status}"
+    if reply.status is ReplyStatus.CONFLICT:
+        return ApiError(409, message)
     return ApiError(404 if _NO_AGENT_RE.match(message) else 422, message)
+
+
+async def _json_object(request: web.Request, fields: frozenset[str], shape: str,
+                       ) -> dict[str, Any]:
+    """The body as a JSON object of ``fields`` at most (an empty body is ``{}``): 413 over
+    ``MAX_BODY_BYTES``, 415 when it is not JSON, 400 (naming what is wrong) otherwise."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise ApiError(413, f"a body of {request.content_length} bytes, over the "
+                            f"{MAX_BODY_BYTES} a write may carry")
+    raw = await request.read()  # over client_max_size: aiohttp's 413
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"a body of {len(raw)} bytes, over the {MAX_BODY_BYTES} a write "
+                            "may carry")
+    if not raw.strip():
+        return {}
+    content_type = request.content_type
+    if content_type != "application/json" and not content_type.endswith("+json"):
+        raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
+    try:
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, f"the body is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the body must be a JSON object: {shape}")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:3])}:"
+                            f" the body is {shape}")
+    return body
+
+
+def _body_text(body: Mapping[str, Any], name: str, *, required: bool = False,
+               max_len: int = openapi.ID_MAX, pattern: re.Pattern[str] = _TEXT_RE,
+               ) -> str | None:
+    """A string field of a body: 400 unless 1-``max_len`` characters matching ``pattern``."""
+    if name not in body:
+        if required:
+            raise ApiError(400, f"{name} is required")
+        return None
+    value = body[name]
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len \
+            or not pattern.fullmatch(value):
+        raise ApiError(400, f"{name} must be a string of 1-{max_len} characters without "
+                            "control characters")
+    return _unicode(value, name)
+
+
+def _canonical(value: Any, name: str) -> str:
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ApiError(400, f"{name} cannot be sent: {str(exc)[:200]}") from None
+    return _unicode(text, name)
 
 
 # -- the application ---------------------------------------------------------------------
@@ -282,7 +319,7 @@ class ReplayApi:
         self.snapshots_topic = snapshots_topic
         self.ready = ready
         self.draining = False
-        self.auth = WriteAuth(settings.api_token)
+        self.auth = ApiAuth.from_settings(settings)
         self._client: Client | None = None
         self._client_lock = asyncio.Lock()
         self._closed = False
@@ -303,7 +340,17 @@ class ReplayApi:
         get("/healthz", self.healthz)
         get("/readyz", self.readyz)
         get("/metrics", self.metrics)
-        app.router.add_post("/agents/{agent_id}/signals/{name}", self.send_signal)
+        ui.setup(app, self)  # the dashboard, /ui/ (docs/dashboard.md)
+        post = app.router.add_post
+        post("/agents/{agent_id}/start", self.start_agent)
+        post("/agents/{agent_id}/stop", self.stop_agent)
+        post("/agents/{agent_id}/kill", self.kill_agent)
+        post("/agents/{agent_id}/resume", self.resume_agent)
+        post("/agents/{agent_id}/tasks", self.assign_task)
+        post("/agents/{agent_id}/calls/{call_id}/resolve", self.resolve_call)
+        post("/agents/{agent_id}/signals/{name}", self.send_signal)
+        # The arena's Crash worker (403 unless --arena): ares.replay_reader.arena_api.
+        post("/workers/{worker_id}/crash", partial(arena_api.crash_worker, self))
         return app
 
     async def close(self) -> None:
@@ -319,6 +366,8 @@ class ReplayApi:
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
         try:
+            if request.method in ("GET", "HEAD") and not self._open_read(request.path):
+                self._check_read(request)  # ARES_API_READS=token: 401/403 here
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
@@ -341,8 +390,25 @@ class ReplayApi:
         REQUESTS.labels(name, str(response.status)).inc()
         return response
 
+    def _open_read(self, path: str) -> bool:
+        return (self.auth.reads_open or path in OPEN_PATHS or path == UI_LOGIN
+                or path.startswith(UI_STATIC))
+
+    def _check_read(self, request: web.Request) -> None:
+        """ARES_API_READS=token: a viewer's or operator's credentials, else 401/403 (a
+        dashboard page without credentials: to its sign-in page instead)."""
+        try:
+            self.auth.check_read(request)
+        except ApiError as exc:
+            path = request.path
+            if exc.status == 401 and (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
+                raise web.HTTPSeeOther(f"{UI_LOGIN}?{urlencode({'next': request.path_qs})}") \
+                    from None
+            raise
+
     async def openapi(self, request: web.Request) -> web.Response:
-        return _ok(openapi.document(writes=self.auth.enabled))
+        return _ok(openapi.document(writes=self.auth.writes_enabled,
+                                    reads_open=self.auth.reads_open))
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -520,21 +586,155 @@ class ReplayApi:
                 self._client = client
             return self._client
 
-    async def send_signal(self, request: web.Request) -> web.Response:
-        self.auth.check(request)  # before anything else: a refused write learns nothing
-        agent_id = _id(request.match_info["agent_id"], "agent_id")
-        name = _signal_name(request.match_info["name"])
-        payload_json, signal_id = await _signal_body(request)
-        command = Command(type="agent.signal", stream_id=agent_id, issuer=ISSUER, payload={
-            "name": name, "signal_id": signal_id, "payload_json": payload_json})
+    def authorize_write(self, request: web.Request) -> Principal:
+        """An operator's request, or the 401/403 to answer (logged); a session's also
+        carries its CSRF token (header X-CSRF-Token). Before anything else of a write: a
+        refused one reads no body and sends nothing."""
+        principal = self.auth.require(request, Role.OPERATOR)
+        if principal.via == "session":
+            self.auth.check_csrf(request, None)
+        return principal
+
+    async def send_command(self, command_type: str, agent_id: str, payload: dict[str, Any],
+                           *, retry: str = "", extra: Mapping[str, Any] | None = None,
+                           ) -> Reply:
+        """Send one command to the agent's owner; its OK reply, else the ApiError to
+        answer: 404/409/422 (``_refused``), 503 with Retry-After when no owner answered
+        (``retry``: what to say about retrying; ``extra``: members of the problem)."""
+        command = Command(type=command_type, stream_id=agent_id, issuer=ISSUER,
+                          payload=payload)
         try:
             reply = await (await self._commands()).send(command)
         except TransientError as exc:  # no owner answered in time, or no broker
-            raise ApiError(503, f"{exc}. The signal may still arrive: retry with the same "
-                                f"signal_id {signal_id!r} (it is applied once)",
-                           headers=_RETRY_AFTER, extra={"signal_id": signal_id}) from None
+            raise ApiError(503, f"{exc}{retry}", headers=_RETRY_AFTER, extra=extra) from None
         if reply.status is not ReplyStatus.OK:
-            raise _signal_refused(reply)
+            raise _refused(reply)
+        return reply
+
+    async def _lifecycle(self, request: web.Request, command_type: str,
+                         payload: dict[str, Any]) -> web.Response:
+        agent_id = request.match_info["agent_id"]
+        reply = await self.send_command(
+            command_type, agent_id, payload,
+            retry=". The command may still be applied by an owner that comes up within its "
+                  "deadline: check the agent's status before sending it again")
+        message = reply.message or _DONE[command_type]
+        log.info("%s for %r from %s: %s", command_type, agent_id, request.remote, message)
+        return web.json_response({"agent_id": agent_id, "command": command_type,
+                                  "status": "ok", "message": message,
+                                  "version": reply.stream_version}, status=202)
+
+    async def start_agent(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)  # before anything else: a refused write learns nothing
+        _id(request.match_info["agent_id"], "agent_id")
+        body = await _json_object(request, _START_FIELDS,
+                                  '{"kind": "<kind>", "config": {...}}')
+        kind = _body_text(body, "kind", required=True)
+        config = body.get("config", {})
+        if not isinstance(config, dict):
+            raise ApiError(400, "config must be a JSON object (the agent's configuration)")
+        return await self._lifecycle(request, "agent.start", {
+            "kind": kind, "config_json": _canonical(config, "config")})
+
+    async def stop_agent(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)
+        _id(request.match_info["agent_id"], "agent_id")
+        body = await _json_object(request, _STOP_FIELDS, '{"reason": "<why>"} or empty')
+        reason = _body_text(body, "reason") or "requested"
+        return await self._lifecycle(request, "agent.stop", {"reason": reason})
+
+    async def kill_agent(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)
+        _id(request.match_info["agent_id"], "agent_id")
+        await _json_object(request, frozenset(), "empty (or {})")
+        return await self._lifecycle(request, "agent.kill", {"reason": ISSUER})
+
+    async def resume_agent(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)
+        _id(request.match_info["agent_id"], "agent_id")
+        await _json_object(request, frozenset(), "empty (or {})")
+        return await self._lifecycle(request, "agent.resume", {"reason": "operator"})
+
+    async def assign_task(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        body = await _json_object(request, _TASK_FIELDS,
+                                  '{"input": <any JSON value>, "task_id": "<id>"}')
+        if "input" not in body:
+            raise ApiError(400, "input is required (the task's input, any JSON value)")
+        input_json = _canonical(body["input"], "input")
+        task_id = _body_text(body, "task_id", pattern=_SIGNAL_ID_RE) or str(uuid.uuid4())
+        reply = await self.send_command(
+            "task.assign", agent_id, {"task_id": task_id, "input_json": input_json},
+            retry=f". The task may still be assigned: retry with the same task_id "
+                  f"{task_id!r} (assigned once)", extra={"task_id": task_id})
+        message = reply.message or "assigned"
+        log.info("task %r for %r from %s: %s", task_id, agent_id, request.remote, message)
+        return web.json_response({"agent_id": agent_id, "task_id": task_id, "status": "ok",
+                                  "message": message, "version": reply.stream_version},
+                                 status=202)
+
+    async def resolve_call(self, request: web.Request) -> web.Response:
+        """``ares agents resolve``'s code path (``ares.resolution``): read the stream,
+        check the call is in doubt, append tool.call.resolved at that version."""
+        self.authorize_write(request)
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        call_id = _id(request.match_info["call_id"], "call_id")
+        body = await _json_object(request, _RESOLVE_FIELDS,
+                                  '{"as": "done"|"retry"|"skip", "result": <any JSON value>, '
+                                  '"note": "<text>"}')
+        as_ = body.get("as")
+        if as_ not in RESOLUTIONS:
+            raise ApiError(400, f"as must be one of {', '.join(RESOLUTIONS)}")
+        if "result" in body and as_ != "done":
+            raise ApiError(400, 'a result only goes with "as": "done"')
+        result = body.get("result")
+        _canonical(result, "result")
+        note = _body_text(body, "note", max_len=openapi.MAX_NOTE, pattern=_NOTE_RE)
+        try:
+            client = await self._commands()
+            version = await resolve_in_doubt(
+                client, self._whole_stream, agent_id, call_id, as_, result=result,
+                note=note, module=ISSUER, by="operator")
+        except NoSuchAgentError as exc:
+            raise ApiError(404, str(exc)) from None
+        except NotResolvableError as exc:
+            raise ApiError(409, str(exc)) from None
+        except ConflictError as exc:
+            raise ApiError(409, f"{exc}: the stream kept moving; read it and try again") \
+                from None
+        except CommandRejectedError as exc:
+            raise ApiError(422, str(exc)) from None
+        except TransientError as exc:
+            raise ApiError(503, f"{exc}. The resolution may still be applied: check the "
+                                "call before resolving it again (a resolved call is "
+                                "refused, 409)", headers=_RETRY_AFTER) from None
+        log.info("call %r of %r resolved as %s from %s (version %d)", call_id, agent_id,
+                 as_, request.remote, version)
+        return web.json_response({"agent_id": agent_id, "call_id": call_id, "as": as_,
+                                  "status": "ok", "message": f"resolved as {as_}",
+                                  "version": version}, status=202)
+
+    async def _whole_stream(self, stream_id: str) -> list[Event]:
+        events: list[Event] = []
+        start = 1
+        while True:
+            page = await self.reader.read(stream_id, start, openapi.MAX_EVENTS_PAGE)
+            events.extend(page)
+            if len(page) < openapi.MAX_EVENTS_PAGE:
+                return events
+            start = page[-1].version + 1
+
+    async def send_signal(self, request: web.Request) -> web.Response:
+        self.authorize_write(request)  # before anything else: a refused write learns nothing
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        name = _signal_name(request.match_info["name"])
+        payload_json, signal_id = await _signal_body(request)
+        reply = await self.send_command(
+            "agent.signal", agent_id,
+            {"name": name, "signal_id": signal_id, "payload_json": payload_json},
+            retry=f". The signal may still arrive: retry with the same signal_id "
+                  f"{signal_id!r} (it is applied once)", extra={"signal_id": signal_id})
         log.info("signal %r (%s) for %r from %s: %s", name, signal_id, agent_id,
                  request.remote, reply.message or "received")
         return web.json_response({

@@ -26,8 +26,13 @@ SIGNAL_NAME_CHARS = "A-Za-z0-9._~!$&'()*+,;=:@-"
 SIGNAL_NAME_PATTERN = r"^[A-Za-z0-9_~!$&'()*+,;=:@-][A-Za-z0-9._~!$&'()*+,;=:@-]*$"
 # A signal id in a body: 1-256 characters, no control characters.
 SIGNAL_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-# The write routes' security scheme: `Authorization: Bearer <ARES_API_TOKEN>`.
+# The security scheme: `Authorization: Bearer <token>`, a token of ARES_API_TOKENS (or
+# ARES_API_TOKEN): every write (an operator's), and every read with ARES_API_READS=token.
 BEARER = "bearerToken"
+# The largest body of a write but a signal's: 413 beyond.
+MAX_BODY_BYTES = 64 * 1024
+# The longest note of a resolution.
+MAX_NOTE = 4096
 
 _NULL_STR = {"type": "string", "nullable": True}
 _NULL_INT = {"type": "integer", "nullable": True}
@@ -190,6 +195,72 @@ _SCHEMAS: dict[str, Any] = {
                           "description": "the signal's id (default: a new uuid): sending the "
                                          "same id again is applied once, so a retry after a "
                                          "503 must reuse it"}}},
+    "StartRequest": {
+        "type": "object", "additionalProperties": False, "required": ["kind"],
+        "properties": {
+            "kind": {"type": "string", "minLength": 1, "maxLength": ID_MAX,
+                     "pattern": SIGNAL_ID_PATTERN,
+                     "description": "the agent kind, e.g. example.pipeline (the owner refuses "
+                                    "a kind it does not know: 422)"},
+            "config": {"type": "object", "description": "the agent's configuration "
+                                                        "(default {})"}}},
+    "StopRequest": {
+        "type": "object", "additionalProperties": False,
+        "description": "An empty body is the same as {}.",
+        "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": ID_MAX,
+                                  "pattern": SIGNAL_ID_PATTERN,
+                                  "description": "why, recorded in agent.stopped (default "
+                                                 "'requested')"}}},
+    "EmptyRequest": {"type": "object", "additionalProperties": False, "properties": {},
+                     "description": "No body, or {}."},
+    "TaskRequest": {
+        "type": "object", "additionalProperties": False, "required": ["input"],
+        "properties": {
+            "input": {"description": "the task's input, any JSON value"},
+            "task_id": {"type": "string", "minLength": 1, "maxLength": ID_MAX,
+                        "pattern": SIGNAL_ID_PATTERN,
+                        "description": "the task's id (default: a new uuid): assigning the "
+                                       "same id again is a no-op, so a retry after a 503 "
+                                       "must reuse it"}}},
+    "ResolveRequest": {
+        "description": "done (the call happened; `result`: what it returned, any JSON value, "
+                       "default null), or retry (it did not: run it again) or skip (do not "
+                       "run it), which take no `result` (400)",
+        "oneOf": [
+            {"type": "object", "additionalProperties": False, "required": ["as"],
+             "properties": {"as": {"type": "string", "enum": ["done"]},
+                            "result": {"description": "what the call returned"},
+                            "note": _ref("ResolveNote")}},
+            {"type": "object", "additionalProperties": False, "required": ["as"],
+             "properties": {"as": {"type": "string", "enum": ["retry", "skip"]},
+                            "note": _ref("ResolveNote")}}]},
+    "ResolveNote": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE,
+                    "pattern": r"^[^\x00-\x08\x0b-\x1f\x7f]+$",
+                    "description": "a note for the record (who, why)"},
+    "CommandAccepted": _obj({
+        "agent_id": {"type": "string"},
+        "command": {"type": "string",
+                    "enum": ["agent.start", "agent.stop", "agent.kill", "agent.resume"]},
+        "status": {"type": "string", "enum": ["ok"]},
+        "message": {"type": "string", "description": "what the owner did, or its note "
+                                                     "(e.g. 'already running')"},
+        "version": {"type": "integer", "description": "the agent's stream version after "
+                                                      "the command"}}),
+    "TaskAccepted": _obj({
+        "agent_id": {"type": "string"}, "task_id": {"type": "string"},
+        "status": {"type": "string", "enum": ["ok"]}, "message": {"type": "string"},
+        "version": {"type": "integer"}}),
+    "ResolveAccepted": _obj({
+        "agent_id": {"type": "string"}, "call_id": {"type": "string"},
+        "as": {"type": "string", "enum": ["done", "retry", "skip"]},
+        "status": {"type": "string", "enum": ["ok"]}, "message": {"type": "string"},
+        "version": {"type": "integer", "description": "the stream's version after "
+                                                      "tool.call.resolved"}}),
+    "CrashAccepted": _obj({
+        "worker_id": {"type": "string"},
+        "command": {"type": "string", "enum": ["worker.crash"]},
+        "status": {"type": "string", "enum": ["ok"]},
+        "message": {"type": "string", "description": "the worker's answer before it exits"}}),
     "SignalAccepted": _obj({
         "agent_id": {"type": "string"}, "name": {"type": "string"},
         "signal_id": {"type": "string"}, "status": {"type": "string", "enum": ["ok"]},
@@ -202,8 +273,13 @@ _SCHEMAS: dict[str, Any] = {
 
 _SECURITY_SCHEMES: dict[str, Any] = {
     BEARER: {"type": "http", "scheme": "bearer",
-             "description": "the token of ARES_API_TOKEN (or ARES_API_TOKEN_FILE), for "
-                            "writes; reads need none. Writes answer 403 while it is unset."},
+             "description": "a token of ARES_API_TOKENS (role:token pairs; or "
+                            "ARES_API_TOKEN, an operator's): writes need an operator's "
+                            "(403 with a viewer's; 403 for every write while no operator "
+                            "token is set); reads need a viewer's or an operator's with "
+                            "ARES_API_READS=token, none with ARES_API_READS=open. Browsers "
+                            "of the dashboard use its session cookie instead (and, for "
+                            "writes, the header X-CSRF-Token)."},
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
@@ -274,60 +350,157 @@ _PATHS: dict[str, Any] = {
 
 
 _HEADER = {"schema": {"type": "string"}, "required": True}
+_UNAUTHORIZED = {**_PROBLEM, "description": "no credentials, or invalid ones",
+                 "headers": {"WWW-Authenticate": _HEADER}}
 
 
-def _send_signal(writes: bool) -> dict[str, Any]:
-    """``POST /agents/{agent_id}/signals/{name}``. With writes disabled (ARES_API_TOKEN
-    unset) no credential is accepted: the operation then states no security requirement,
-    and every request answers 403."""
+def _write(op_id: str, summary: str, params: list[dict[str, Any]], body: str,
+           accepted: dict[str, Any], writes: bool, *, body_required: bool = False,
+           refusals: dict[str, str], too_large: str | None = None,
+           retry: str = "no owner answered in time: the command may still be applied "
+                        "(check before sending it again)") -> dict[str, Any]:
+    """A write: an operator's bearer token. With writes disabled (no operator token) no
+    credential is accepted: the operation then states no security requirement, and every
+    request answers 403."""
+    responses: dict[str, Any] = {
+        "202": accepted,
+        "400": _PROBLEM,
+        "401": _UNAUTHORIZED,
+        "403": {**_PROBLEM, "description": "a viewer's credentials, a session's write "
+                                           "without its CSRF token, or writes disabled (no "
+                                           "operator token set)"},
+        "413": {**_PROBLEM, "description": too_large or f"a body over {MAX_BODY_BYTES} "
+                                                        "bytes (nothing sent)"},
+        "415": {**_PROBLEM, "description": "a body that is not application/json"},
+    }
+    responses.update({status: {**_PROBLEM, "description": what}
+                      for status, what in refusals.items()})
+    responses["503"] = {**_PROBLEM, "description": retry,
+                        "headers": {"Retry-After": _HEADER}}
     op: dict[str, Any] = {
-        "summary": "Send the signal `name` to an agent (e.g. `approved` for a tool waiting "
-                   "for its approval): a task waiting for it goes on, else the first wait "
-                   "for that name consumes it. Needs the bearer token"
-                   + ("." if writes else "; writes are disabled on this server (403)."),
-        "operationId": "sendSignal",
-        "parameters": [
-            _AGENT,
-            {"name": "name", "in": "path", "required": True,
-             "description": "the signal's name: letters, digits and "
-                            "- . _ ~ ! $ & ' ( ) * + , ; = : @, not starting with '.'",
-             "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME,
-                        "pattern": SIGNAL_NAME_PATTERN}}],
-        "requestBody": {"required": False, "content": {
-            "application/json": {"schema": _ref("SignalRequest")}}},
-        "responses": {
-            "202": _json(_ref("SignalAccepted"),
-                         "the agent's owner appended signal.received (or had already: same "
-                         "signal_id)"),
-            "400": _PROBLEM,
-            "401": {**_PROBLEM, "description": "no bearer token, or a wrong one",
-                    "headers": {"WWW-Authenticate": _HEADER}},
-            "403": {**_PROBLEM, "description": "writes are disabled: ARES_API_TOKEN is unset"},
-            "404": {**_PROBLEM, "description": "the owner has no such agent (nothing "
-                                               "appended)"},
-            "413": {**_PROBLEM, "description": f"a payload over {MAX_SIGNAL_PAYLOAD_BYTES} "
-                                               "bytes (nothing sent)"},
-            "415": {**_PROBLEM, "description": "a body that is not application/json"},
-            "422": {**_PROBLEM, "description": "the owner refused the signal; `detail` says "
-                                               "why"},
-            "503": {**_PROBLEM, "description": "no owner answered in time: the signal may "
-                                               "still arrive; retry with the same signal_id",
-                    "headers": {"Retry-After": _HEADER}},
-        }}
+        "summary": summary + (". Needs an operator's token." if writes else
+                              "; writes are disabled on this server (403)."),
+        "operationId": op_id, "parameters": params,
+        "requestBody": {"required": body_required, "content": {
+            "application/json": {"schema": _ref(body)}}},
+        "responses": dict(sorted(responses.items()))}
     if writes:
         op["security"] = [{BEARER: []}]
     return op
 
 
-def document(server_url: str | None = None, *, writes: bool = True) -> dict[str, Any]:
-    """The document; ``writes``: whether this server takes writes (a token is set)."""
-    paths = {**_PATHS, "/agents/{agent_id}/signals/{name}": {"post": _send_signal(writes)}}
+_NO_AGENT = "the owner has no such agent (nothing appended)"
+_OWNER_REFUSED = "the owner refused the command; `detail` says why (nothing appended)"
+
+
+def _writes(writes: bool) -> dict[str, Any]:
+    accepted = _json(_ref("CommandAccepted"), "the owner applied the command (or had "
+                                              "nothing to do: `message` says so)")
+    lifecycle = {"404": _NO_AGENT, "422": _OWNER_REFUSED}
+    return {
+        "/agents/{agent_id}/start": {"post": _write(
+            "startAgent", "Start an agent of a kind (its first incarnation); starting a "
+            "running agent is a no-op, a stopped one is resumed instead (422)",
+            [_AGENT], "StartRequest", accepted, writes, body_required=True,
+            refusals={"422": "the owner refused: an unknown kind, an invalid configuration, "
+                             "or an agent that is stopped or quarantined (resume it)"})},
+        "/agents/{agent_id}/stop": {"post": _write(
+            "stopAgent", "Stop an agent voluntarily: it is not resurrected until resumed",
+            [_AGENT], "StopRequest", accepted, writes, refusals=lifecycle)},
+        "/agents/{agent_id}/kill": {"post": _write(
+            "killAgent", "Crash an agent as if it raised (the arena): the runtime records "
+            "agent.dead (cause killed) and resurrects it", [_AGENT], "EmptyRequest",
+            accepted, writes, refusals=lifecycle)},
+        "/agents/{agent_id}/resume": {"post": _write(
+            "resumeAgent", "Resume a stopped or quarantined agent (a new incarnation, a "
+            "fresh restart budget)", [_AGENT], "EmptyRequest", accepted, writes,
+            refusals=lifecycle)},
+        "/agents/{agent_id}/tasks": {"post": _write(
+            "assignTask", "Assign a task to an agent (tasks run one at a time, in "
+            "assignment order)", [_AGENT], "TaskRequest",
+            _json(_ref("TaskAccepted"), "the owner recorded the task (or already had it: "
+                                        "same task_id)"), writes, body_required=True,
+            refusals=lifecycle,
+            retry="no owner answered in time: the task may still be assigned; retry with "
+                  "the same task_id (the problem's `task_id`)")},
+        "/agents/{agent_id}/calls/{call_id}/resolve": {"post": _write(
+            "resolveCall", "Resolve a tool call that is in doubt (as `ares agents "
+            "resolve`): appends tool.call.resolved and the paused task runs again",
+            [_AGENT, _path_id("call_id", "the in-doubt call's id (see the agent's status)")],
+            "ResolveRequest",
+            _json(_ref("ResolveAccepted"), "tool.call.resolved appended"), writes,
+            body_required=True,
+            refusals={"404": "no such agent",
+                      "409": "the call is not in doubt (unknown, running, with an outcome "
+                             "or already resolved), or the stream kept moving",
+                      "422": _OWNER_REFUSED},
+            retry="no owner answered in time: the resolution may still be applied; check "
+                  "the call before resolving it again")},
+        "/agents/{agent_id}/signals/{name}": {"post": _send_signal(writes)},
+        "/workers/{worker_id}/crash": {"post": _write(
+            "crashWorker", "The arena: make a runtime manager exit abruptly (worker.crash, "
+            "os._exit) so that its agents fail over for real. Only on a server run with "
+            "--arena (ARES_ARENA=1), else 403",
+            [_path_id("worker_id", "the runtime manager (its worker id, as the workers "
+                                   "page and its heartbeats name it)")],
+            "EmptyRequest",
+            _json(_ref("CrashAccepted"), "the worker accepted the crash and exits now"),
+            writes,
+            refusals={"404": "no such worker holds partitions in the runtime group",
+                      "422": "the worker refused: its runtime manager runs without --arena "
+                             "(the command is dead-lettered, nothing crashed)"},
+            retry="no owner answered in time: the worker may still exit; check the "
+                  "workers page before sending it again")},
+    }
+
+
+def _send_signal(writes: bool) -> dict[str, Any]:
+    """``POST /agents/{agent_id}/signals/{name}``."""
+    return _write(
+        "sendSignal", "Send the signal `name` to an agent (e.g. `approved` for a tool "
+        "waiting for its approval): a task waiting for it goes on, else the first wait for "
+        "that name consumes it",
+        [_AGENT,
+         {"name": "name", "in": "path", "required": True,
+          "description": "the signal's name: letters, digits and "
+                         "- . _ ~ ! $ & ' ( ) * + , ; = : @, not starting with '.'",
+          "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME,
+                     "pattern": SIGNAL_NAME_PATTERN}}],
+        "SignalRequest",
+        _json(_ref("SignalAccepted"), "the agent's owner appended signal.received (or had "
+                                      "already: same signal_id)"), writes,
+        refusals={"404": _NO_AGENT, "422": "the owner refused the signal; `detail` says why"},
+        too_large=f"a payload over {MAX_SIGNAL_PAYLOAD_BYTES} bytes (nothing sent)",
+        retry="no owner answered in time: the signal may still arrive; retry with the same "
+              "signal_id")
+
+
+def _secured(path: dict[str, Any]) -> dict[str, Any]:
+    """A read with ARES_API_READS=token: a viewer's or an operator's token."""
+    secured: dict[str, Any] = {}
+    for method, op in path.items():
+        responses = dict(op["responses"])
+        responses["401"] = _UNAUTHORIZED
+        responses["403"] = {**_PROBLEM, "description": "credentials without the viewer role"}
+        secured[method] = {**op, "security": [{BEARER: []}],
+                           "responses": dict(sorted(responses.items()))}
+    return secured
+
+
+def document(server_url: str | None = None, *, writes: bool = True,
+             reads_open: bool = True) -> dict[str, Any]:
+    """The document; ``writes``: whether this server takes writes (an operator token is
+    set); ``reads_open``: ARES_API_READS=open (else every read states the bearer scheme)."""
+    reads = _PATHS if reads_open else {k: _secured(v) for k, v in _PATHS.items()}
+    paths = {**reads, **_writes(writes)}
     doc: dict[str, Any] = {
         "openapi": "3.0.3",
         "info": {"title": "ares-mesh replay reader", "version": "1",
                  "description": "The read side of ares-mesh: agents, genealogy, teams, streams, "
                                 "state at any version or time, integrity audits, live events;"
-                                " and signals to agents (writes: bearer token). Errors are "
+                                " and the writes: start, stop, kill, resume, tasks, "
+                                "resolutions of in-doubt calls and signals (an operator's "
+                                "bearer token). Errors are "
                                 "RFC 9457 problem details. /healthz, /readyz and /metrics are "
                                 "served on the same port."},
         "paths": paths,

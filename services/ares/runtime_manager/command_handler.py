@@ -28,6 +28,7 @@ from ares.errors import AresError, ConflictError, SchemaError
 from ares.events.kafka.dlq import DeadLetter
 from ares.events.kafka.partition_writer import TransactionScope
 from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
+from ares.runtime_manager.arena import Arena
 from ares.runtime_manager.partition_host import PartitionHost
 from ares.runtime_manager.schedules import ScheduleKeeper
 
@@ -48,10 +49,11 @@ class CommandHandler:
     """Admits, executes and answers the commands of the owner's partitions."""
 
     def __init__(self, gate: Gate, host: PartitionHost, topics: Topics,
-                 schedules: ScheduleKeeper | None = None) -> None:
+                 schedules: ScheduleKeeper | None = None, arena: Arena | None = None) -> None:
         self._gate = gate
         self._host = host
         self._schedules = schedules
+        self._arena = arena
         self._topics = topics
         self.dead_letters = 0
 
@@ -120,6 +122,8 @@ class CommandHandler:
         try:
             if self._schedules is not None and self._schedules.handles(command.type):
                 return await self._schedules.handle(tx, command)
+            if self._arena is not None and self._arena.handles(command.type):
+                return self._arena.handle(command, tp.partition)
             return await self._host.handle(tx, command)
         except InvalidCommandError as exc:
             await self._dead_letter(tx, tp, record, exc.reason, exc.detail)

@@ -31,6 +31,7 @@ from ares.events.kafka.groups import describe_group, runtime_group
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager.admission import Gate
+from ares.runtime_manager.arena import Arena
 from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.runtime_manager.schedules import ScheduleKeeper
@@ -62,7 +63,8 @@ class PartitionOwner:
 
     def __init__(self, settings: Settings, plan: TopicPlan,
                  host: PartitionHost | None = None, instance_id: str | None = None,
-                 session_timeout_ms: int = 10_000, client_id: str | None = None) -> None:
+                 session_timeout_ms: int = 10_000, client_id: str | None = None,
+                 arena: Arena | None = None) -> None:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
@@ -76,11 +78,13 @@ class PartitionOwner:
         self.issuers = IssuerPolicy.parse(settings.command_issuers)
         self.schedules = ScheduleKeeper(plan, client_id or instance_id or "ares-runtime",
                                         self.issuers)
+        # worker.crash (ares.runtime_manager.arena): refused unless --arena / ARES_ARENA=1.
+        self.arena = arena or Arena(client_id or instance_id or "ares-runtime", settings.arena)
         self.commands = CommandHandler(
             Gate(settings.max_record_bytes, plan.partitions, plan.topic(REPLIES).partitions,
                  plan.name(REPLIES), self.issuers),
             self.host, Topics(self.commands_topic, self.replies_topic, self.dlq_topic),
-            self.schedules)
+            self.schedules, self.arena)
         self._instance_id = instance_id
         # Our member's client id in the group: the worker id other members see.
         self.client_id = client_id or instance_id or "ares-runtime"
@@ -375,6 +379,7 @@ class PartitionOwner:
         try:
             await writer.submit(work)
             self._handled[tp.partition] = records[-1].offset + 1
+            self.arena.committed(tp.partition)  # exits here if the batch held a worker.crash
         except FencedError as exc:
             log.warning("partition %d: its writer can no longer write (%s)", tp.partition, exc)
             await self._renew_writer(tp, records[0].offset)
@@ -385,6 +390,8 @@ class PartitionOwner:
             assert self._consumer is not None
             self._consumer.seek(tp, records[0].offset)
             await asyncio.sleep(0.2)
+        finally:
+            self.arena.forget(tp.partition)  # not committed: a crash is redone with its batch
 
 
 @contextlib.asynccontextmanager

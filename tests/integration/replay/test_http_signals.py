@@ -24,6 +24,7 @@ from ares.events.model import Event
 from ares.events.wire.canonical import canonical_json
 from ares.examples import evidence
 from ares.examples.refund import REFUNDS
+from ares.replay_reader.auth import WRITES_DISABLED
 from ares.replay_reader.service import ReplayReaderService
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.integration.replay.conftest import PARTITIONS
@@ -124,7 +125,7 @@ async def test_writes_need_the_configured_token(
     path = f"/agents/{agent_id}/signals/go"
     for headers in ({}, AUTH):
         status, _, body = await post(closed_api + path, {"payload": 1}, headers)
-        assert (status, body["detail"]) == (403, "writes are disabled: set ARES_API_TOKEN")
+        assert (status, body["detail"]) == (403, WRITES_DISABLED)
     status, headers, body = await post(api + path, {"payload": 1})
     assert status == 401
     assert headers["WWW-Authenticate"] == 'Bearer realm="ares"'

@@ -93,6 +93,7 @@ COMMAND_PAYLOADS: Mapping[str, str] = {
     "schedule.pause": "ares.v1.command.PauseSchedule",
     "schedule.resume": "ares.v1.command.ResumeSchedule",
     "schedule.delete": "ares.v1.command.DeleteSchedule",
+    "worker.crash": "ares.v1.command.CrashWorker",
 }
 
 _RELEASE_NAME = re.compile(r"^v(\d+)$")
