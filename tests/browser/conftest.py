@@ -7,7 +7,9 @@ an operator's and a viewer's token (``ARES_API_TOKENS``).
 A browser that cannot start FAILS the tests (never a skip). No Playwright browser download
 is used or needed (never ``playwright install``): ``ARES_CHROMIUM`` names another binary.
 Screenshots of every page go to ``build/browser-screenshots/`` (``ARES_BROWSER_SCREENSHOTS``
-to move them); the path is printed at the end of the run, and docs/dashboard.md embeds them.
+to move them); the path is printed at the end of the run. ``ARES_DOCS_SCREENSHOTS=docs/img``
+also writes the set docs/dashboard.md embeds (``DOCS``: ``dashboard-<name>.png``, the
+viewport or one element, not the full page, to keep them small).
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-quic"]
 SCREENSHOTS = Path(os.environ.get("ARES_BROWSER_SCREENSHOTS",
                                   REPO / "build" / "browser-screenshots"))
+DOCS_SCREENSHOTS = os.environ.get("ARES_DOCS_SCREENSHOTS")
+# The screenshots docs/dashboard.md embeds: name -> the element to take (None: the viewport).
+DOCS: dict[str, str | None] = {
+    "fleet": None, "agent-killed": None, "replay": "#replay", "alerts": None,
+    "workers-after-crash": None, "login": None, "write-refused": None,
+}
 PARTITIONS = 4
 SESSION_TIMEOUT_MS = 4000
 WORKERS = ("arena-w1", "arena-w2")
@@ -73,6 +81,19 @@ async def screenshot(page: Page, name: str) -> Path:
     await page.screenshot(path=str(path), full_page=True)
     _shots.append(path)
     print(f"screenshot: {path}")
+    if DOCS_SCREENSHOTS and name in DOCS:
+        docs = Path(DOCS_SCREENSHOTS)
+        if not docs.is_absolute():
+            docs = REPO / docs
+        await asyncio.to_thread(docs.mkdir, parents=True, exist_ok=True)
+        target = docs / f"dashboard-{name}.png"
+        element = DOCS[name]
+        if element is None:
+            await page.screenshot(path=str(target))
+        else:
+            await page.locator(element).screenshot(path=str(target))
+        _shots.append(target)
+        print(f"screenshot for the docs: {target}")
     return path
 
 

@@ -1,22 +1,27 @@
 """The dashboard in headless Chromium against the real services (tests/browser/conftest.py):
 Kill on a busy agent, seen dead and then running again with a new incarnation without a
-reload, and its task resuming; a replay stepped through, the rebuilt state changing; a write
-without a token refused and nothing appended; the arena's Crash worker seen as a failover on
-the workers page. Every page is screenshotted. Waits have deadlines; nothing is timed."""
+reload, its task resuming and its genealogy growing; events appended between the agent
+page's render and its live stream's opening shown once each; a replay stepped through, the
+rebuilt state changing; a write without a token refused and nothing appended; the arena's
+Crash worker button clicked and the failover seen on the pages. Every page is screenshotted.
+Waits have deadlines; nothing is timed."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable
 
 import aiohttp
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Dialog, Page, Route
 
-from ares.events.model import Event
+from ares.events.kafka.store import KafkaEventStore
+from ares.events.model import Event, NewEvent
 from ares.lifecycle.genealogy import genealogy
 from ares.runtime_manager.arena import CRASH_EXIT_CODE
+from ares.topics import EVENTS
 from tests.browser.conftest import (
     OPERATOR,
     VIEWER,
@@ -120,6 +125,9 @@ async def test_kill_a_busy_agent_and_watch_it_come_back_live(browser: Browser,
                            f"[data-incarnation='{before + 1}']").wait_for()
         await fleet.locator(f"{row}[data-status='running']"
                             f"[data-incarnation='{before + 1}']").wait_for()
+        # The genealogy timeline too: the death recorded, the new incarnation running.
+        await page.locator(tid("incarnation-row", incarnation=before, end="dead")).wait_for()
+        await page.locator(tid("incarnation-row", incarnation=before + 1, end="")).wait_for()
         await saw_it_die_and_come_back(page, fleet, before)
         await screenshot(page, "agent-killed")
         await screenshot(fleet, "fleet-after-kill")
@@ -155,6 +163,52 @@ async def wait_for_row_after(page: Page, event_type: str, version: int) -> None:
              `[data-testid="event-row"][data-type="${type}"]`))
            .some(r => Number(r.getAttribute('data-version')) > version)""",
         arg=[event_type, version], timeout=60_000)
+
+
+def chat_turn(i: int) -> list[NewEvent]:
+    return [NewEvent("task.assigned", "runtime-manager", {
+                "task_id": f"t{i}", "input_json": json.dumps({"message": f"question {i}"})}),
+            NewEvent("llm.call", "agent.example.chat", {
+                "task_id": f"t{i}", "name": "answer", "occurrence": 0, "model": "offline",
+                "prompt_hash": "h", "output": "{}", "prompt_tokens": 11,
+                "completion_tokens": 7}),
+            NewEvent("task.completed", "agent.example.chat", {
+                "task_id": f"t{i}", "output_json": json.dumps({"answer": f"answer {i}"})})]
+
+
+async def test_events_appended_before_the_live_stream_opens_are_shown_once(
+        page: Page, arena: Arena) -> None:
+    """The agent page renders, then (held back by the test) its SSE stream opens late:
+    what was appended in between arrives first, then the live events, every version once."""
+    agent = f"gap-{uuid.uuid4().hex[:6]}"  # a stream written here, hosted by no worker
+    store = await KafkaEventStore.open(arena.settings, topic=arena.plan.name(EVENTS))
+    try:
+        await store.append(agent, [NewEvent("agent.started", "runtime-manager", {
+            "kind": "example.chat", "config_json": "{}", "incarnation": 1,
+            "worker": "nobody"}), *chat_turn(0)])
+        held = asyncio.Event()
+        go = asyncio.Event()
+
+        async def hold(route: Route) -> None:
+            held.set()
+            await go.wait()
+            await route.continue_()
+
+        await page.route("**/ui/live?*", hold)
+        await open_projected(page, arena, f"/ui/agents/{agent}",
+                             tid("event-row", version=4))
+        await asyncio.wait_for(held.wait(), 30)
+        await store.append(agent, chat_turn(1))  # after the render, before the stream
+        go.set()
+        await page.locator(tid("live-state", live="true")).wait_for()
+        await store.append(agent, chat_turn(2))  # live
+        await page.locator(tid("event-row", version=10)).wait_for()
+        await page.locator(tid("head-version")).filter(has_text="10").wait_for()
+    finally:
+        await store.close()
+    versions = [int(v or 0) for v in await page.locator(tid("event-row")).evaluate_all(
+        "rows => rows.map(r => r.getAttribute('data-version'))")]
+    assert versions == list(range(10, 0, -1)), versions  # newest first, each once
 
 
 async def test_step_through_a_replay_and_see_the_state_change(page: Page,
@@ -268,16 +322,23 @@ async def test_crash_a_worker_and_see_the_failover(page: Page, arena: Arena) -> 
     await log_in(page, arena)
     await open_projected(page, arena, "/ui/workers", tid("worker-row", worker_id=victim))
 
-    crash = page.get_by_test_id("crash-worker-button")
-    if await crash.count():  # the workers page's button (shown with --arena)
-        page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
-        await page.locator(f"{tid('worker-row', worker_id=victim)} "
-                           f"{tid('crash-worker-button')}").click()
-        await page.locator(tid("flash", ok="true")).wait_for()
-    else:  # the route the button posts to, with the session's cookie and CSRF token
-        answer = await page.request.post(arena.url(f"/workers/{victim}/crash"),
-                                         headers={"Authorization": f"Bearer {OPERATOR}"})
-        assert answer.status == 202, await answer.text()
+    # The workers page's button (shown with --arena), in the victim's row; it asks first.
+    dialogs: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    await page.evaluate(NO_RELOAD)
+    await page.locator(f"{tid('worker-row', worker_id=victim)} "
+                       f"{tid('crash-worker-button')}").click()
+    await page.locator(tid("flash", ok="true")).wait_for()
+    text = await page.locator(tid("flash")).inner_text()
+    assert text.startswith("202 accepted: Crash worker"), text
+    assert dialogs, "no confirmation asked"
+    assert victim in dialogs[0], dialogs
+    assert await page.evaluate(KEPT) == "kept", "the page reloaded"
     code = await asyncio.to_thread(arena.workers[victim].proc.wait, 30)
     assert code == CRASH_EXIT_CODE, f"the worker did not crash: {code}"
 
@@ -293,6 +354,16 @@ async def test_crash_a_worker_and_see_the_failover(page: Page, arena: Arena) -> 
                          tid("agent-summary", agent_id=orphans[0], status="running"))
     await page.locator(tid("event-row", type="agent.resurrected")).first.wait_for()
     await screenshot(page, "agent-after-crash")
-    await page.goto(arena.url("/ui/workers"))
-    await page.locator(tid("hosted-row", worker_id=survivor)).wait_for()
+    # The workers page: no agent runs on the victim any more, the survivor has them.
+    deadline = time.monotonic() + 60
+    while True:
+        await page.goto(arena.url("/ui/workers"))
+        on_victim = page.locator(f"{tid('hosted-row', worker_id=victim)} .s-running")
+        if not await on_victim.count() and await page.locator(
+                f"{tid('hosted-row', worker_id=survivor)} .s-running").count():
+            break
+        assert time.monotonic() < deadline, "the workers page never showed the failover"
+        await asyncio.sleep(1)
+    await page.locator(f"{tid('worker-row', worker_id=survivor)} "
+                       f"{tid('crash-worker-button')}").wait_for()
     await screenshot(page, "workers-after-crash")

@@ -152,6 +152,13 @@ async def test_agent_page_and_replay(ui: str) -> None:
     _, _, at = await fetch(f"{ui}/ui/agents/dash-dead/replay",
                            params={"at": first_ts, "format": "json"})
     assert json.loads(at)["position"] >= 6
+    status, _, genealogy = await fetch(f"{ui}/ui/agents/dash-dead/genealogy")
+    assert status == 200, genealogy
+    assert genealogy.count('data-testid="incarnation-row"') == 2
+    assert 'data-incarnation="1" data-end="dead"' in genealogy
+    assert '<html' not in genealogy  # the fragment alone
+    status, _, _ = await fetch(f"{ui}/ui/agents/nobody-here/genealogy")
+    assert status == 404
     status, _, audit = await fetch(f"{ui}/ui/agents/dash-dead/audit")
     assert status == 200
     assert 'data-testid="audit-result" data-ok="true"' in audit
@@ -172,6 +179,7 @@ async def test_alerts_and_workers_pages(ui: str) -> None:
     assert 'data-testid="hosted-row" data-worker-id="w-1"' in workers
     assert 'data-testid="hosted-row" data-worker-id="w-2"' in workers
     assert 'data-testid="lag-row"' in workers
+    assert "crash-worker-button" not in workers  # the arena is off
 
 
 async def test_login_sets_a_session_whose_forms_carry_csrf(ui: str) -> None:
@@ -224,4 +232,60 @@ async def test_a_row_is_updated_live_over_sse(ui: str, rp_settings: Settings,
         assert message["agent"]["status"] == "dead"
         assert message["event"]["type"] == "agent.dead"
     status, _, _ = await fetch(f"{ui}/ui/live")
+    assert status == 400
+
+
+def turn(i: int) -> list[NewEvent]:
+    """One more chat turn: task.assigned, llm.call, task.completed."""
+    return chat_events(i + 1)[-3:]
+
+
+async def next_messages(response: aiohttp.ClientResponse, n: int) -> list[tuple[str, Any]]:
+    """The next ``n`` SSE messages' ids and data."""
+    out: list[tuple[str, Any]] = []
+    event_id = ""
+    while len(out) < n:
+        line = (await response.content.readline()).decode()
+        if line.startswith("id: "):
+            event_id = line[4:].strip()
+        elif line.startswith("data: "):
+            out.append((event_id, json.loads(line[6:])))
+    return out
+
+
+async def test_the_agent_page_resumes_its_live_stream_after_the_rendered_version(
+        ui: str, rp_settings: Settings, plan: TopicPlan) -> None:
+    """Events appended between the page's render and its SSE subscription are sent first
+    (from the log), then the live ones: every version once, in order."""
+    agent = "dash-070"
+    _, _, html = await fetch(f"{ui}/ui/agents/{agent}")
+    rendered = re.search(r'id="event-rows" data-agent-id="dash-070" data-after="(\d+)"', html)
+    assert rendered is not None, html
+    after = int(rendered[1])
+    store = await KafkaEventStore.open(rp_settings, topic=plan.name(EVENTS))
+    timeout = aiohttp.ClientTimeout(total=120, sock_read=60)
+    try:
+        await store.append(agent, turn(1))  # between the render and the subscription
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"{ui}/ui/live",
+                                   params={"agent": agent, "after": str(after)}) as response:
+                assert response.status == 200
+                assert (await response.content.readline()).startswith(b": subscribed")
+                await store.append(agent, turn(2))  # live
+                got = await next_messages(response, 6)
+                await store.append(agent, turn(3)[:1])  # the next one: nothing repeated
+                got += await next_messages(response, 1)
+            versions = [m["event"]["version"] for _, m in got]
+            assert versions == list(range(after + 1, after + 8)), versions
+            assert [int(i) for i, _ in got] == versions  # ids are versions
+            assert got[-1][1]["agent"]["version"] == after + 7
+            # An EventSource's reconnection: Last-Event-ID wins over the page's ?after=.
+            async with session.get(f"{ui}/ui/live", params={"agent": agent, "after": "0"},
+                                   headers={"Last-Event-ID": str(after + 5)}) as response:
+                assert (await response.content.readline()).startswith(b": subscribed")
+                again = await next_messages(response, 2)
+            assert [m["event"]["version"] for _, m in again] == [after + 6, after + 7]
+    finally:
+        await store.close()
+    status, _, _ = await fetch(f"{ui}/ui/live?agent={agent}&after=x")
     assert status == 400

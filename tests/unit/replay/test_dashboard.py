@@ -156,17 +156,51 @@ def test_alerts_page_actions(env: jinja2.Environment) -> None:
     assert 'data-testid="page-next"' in html
 
 
-def test_workers_page(env: jinja2.Environment) -> None:
-    html = render(env, "workers.html", workers=[
-        {"worker": "w-1", "partitions": [0, 2], "agents": 7,
+def workers_page(env: jinja2.Environment, arena: bool, worker: str = "w-1") -> str:
+    return render(env, "workers.html", workers=[
+        {"worker": worker, "partitions": [0, 2], "agents": 7,
          "last_at": datetime.now(UTC), "interval_ms": 1000}],
         projected=[{"worker": "w-1", "agents": 7, "statuses": {"running": 7}}],
         offsets=[{"topic": "ares.events", "partition": 0, "next_offset": 5, "end_offset": 9,
                   "lag": 4, "updated_at": "t"}], projection_error=None,
-        heartbeats_error=None)
+        heartbeats_error=None, arena=arena)
+
+
+def test_workers_page(env: jinja2.Environment) -> None:
+    html = workers_page(env, arena=False)
     assert 'data-worker-id="w-1"' in html
     assert "0, 2" in html
     assert '<td>4</td>' in html
+    assert "crash-worker-button" not in html  # the arena is off
+    assert "/crash" not in html
+
+
+def test_workers_page_with_the_arena_has_a_crash_button_per_worker(
+        env: jinja2.Environment) -> None:
+    html = workers_page(env, arena=True)
+    row = html[html.index('data-testid="worker-row" data-worker-id="w-1"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-testid="crash-worker-button"' in row  # inside the worker's row
+    assert 'action="/workers/w-1/crash"' in row
+    assert 'name="csrf" value="c5rf"' in row  # ui.js sends it as X-CSRF-Token
+    assert "data-write" in row
+    assert "data-confirm=" in row
+    evil = workers_page(env, arena=True, worker=EVIL)
+    assert EVIL not in evil
+    assert 'action="/workers/%3Cscript%3Ealert%28%22x%22%29%3C%2Fscript%3E/crash"' in evil
+
+
+def test_genealogy_fragment_alone(env: jinja2.Environment) -> None:
+    html = env.get_template("_genealogy.html").render(
+        genealogy=[{"incarnation": 2, "parent": 1, "started_at": "t2", "ended_at": None,
+                    "lifetime_s": None, "end": None, "cause_of_death": None,
+                    "stop_reason": None, "quarantined": False, "worker": "w-2",
+                    "attempts": 1, "backoff_ms": [], "recovery": None,
+                    "first_version": 6, "last_version": 9}],
+        agent={"agent_id": "a/1", "version": 9})
+    assert 'id="genealogy"' in html
+    assert 'data-fragment="/ui/agents/a%2F1/genealogy" data-version="9"' in html
+    assert 'data-testid="incarnation-row" data-incarnation="2" data-end=""' in html
 
 
 def test_login_and_error_pages(env: jinja2.Environment) -> None:

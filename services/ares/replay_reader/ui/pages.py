@@ -41,6 +41,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EVENTS_SHOWN = 50  # the agent page's latest events
 JOURNAL_EVENTS = 5000  # events read for the task journal (a longer stream says so)
 MAX_LIVE_AGENTS = 500  # agent ids one /ui/live subscription may follow
+MAX_CATCH_UP = 5000  # events a resumed live stream (?after=N) sends from the log, at most
 KEEPALIVE_S = 15.0
 STATUSES = [s.value for s in Status]
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -103,6 +104,7 @@ class Dashboard:
         get("/ui/agents/{agent_id}", self._page(self.agent))
         get("/ui/agents/{agent_id}/replay", self._page(self.replay_fragment))
         get("/ui/agents/{agent_id}/audit", self._page(self.audit_fragment))
+        get("/ui/agents/{agent_id}/genealogy", self._page(self.genealogy_fragment))
         get("/ui/alerts", self._page(self.alerts))
         get("/ui/workers", self._page(self.workers))
         get("/ui/login", self._page(self.login_form, public=True))
@@ -250,6 +252,18 @@ class Dashboard:
             "journal": journal, "journal_truncated": truncated, "view": view,
             "replay": replay})
 
+    async def genealogy_fragment(self, request: web.Request) -> web.StreamResponse:
+        """The genealogy section alone (the agent page re-fetches it live)."""
+        from ares.replay_reader.http_api import _id
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        agent, _ = await self.api._agent(agent_id)  # first: the genealogy is as new at least
+        if agent is None:
+            raise ApiError(404, f"no agent {agent_id!r}")
+        genealogy = _body(await self.api.get_genealogy(request))
+        return self.render(request, "_genealogy.html", {
+            "genealogy": genealogy["incarnations"],
+            "agent": {"agent_id": agent_id, "version": agent["version"]}})
+
     async def replay_fragment(self, request: web.Request) -> web.StreamResponse:
         from ares.replay_reader.http_api import _id
         agent_id = _id(request.match_info["agent_id"], "agent_id")
@@ -367,7 +381,7 @@ class Dashboard:
         return self.render(request, "workers.html", {
             "workers": sorted(by_worker.values(), key=lambda w: w["worker"]),
             "projected": projected, "offsets": offsets, "projection_error": projection_error,
-            "heartbeats_error": self.heartbeats.error})
+            "heartbeats_error": self.heartbeats.error, "arena": self.api.settings.arena})
 
     # -- login -----------------------------------------------------------------------------
 
@@ -410,6 +424,7 @@ class Dashboard:
         if not ids or len(ids) > MAX_LIVE_AGENTS:
             raise ApiError(400, f"name 1-{MAX_LIVE_AGENTS} agents: ?agent=ID&agent=ID...")
         wanted = set(ids)
+        after = _after(request) if len(wanted) == 1 else None
         listener = await self.api.feed.subscribe(
             EventFilter(stream_id=ids[0] if len(wanted) == 1 else None))
         try:
@@ -418,6 +433,12 @@ class Dashboard:
                                                    "Cache-Control": "no-cache"})
             await response.prepare(request)
             await response.write(b": subscribed\n\n")
+            sent = 0  # one agent resumed: the last version sent (its id), nothing twice
+            if after is not None:
+                sent = after
+                for event in await self._since(ids[0], after):
+                    await self._send(response, rows, event, str(event.version))
+                    sent = event.version
             while True:
                 try:
                     live = await asyncio.wait_for(listener.next(), KEEPALIVE_S)
@@ -431,15 +452,39 @@ class Dashboard:
                 event = live.event
                 if event.stream_id not in wanted:
                     continue
-                row = await self._advance(rows, event)
-                message = json.dumps({"agent": None if row is None else row.to_json(),
-                                      "event": _event_row(event)}, default=str)
-                await response.write(f"id: {live.id}\nevent: agent\ndata: {message}\n\n"
-                                     .encode())
+                if after is not None:
+                    if event.version <= sent:
+                        continue  # read from the log already
+                    await self._send(response, rows, event, str(event.version))
+                    sent = event.version
+                else:
+                    await self._send(response, rows, event, live.id)
         except ConnectionError:
             return web.Response()  # the client went away
         finally:
             self.api.feed.unsubscribe(listener)
+
+    async def _send(self, response: web.StreamResponse, rows: dict[str, AgentRow],
+                    event: Event, event_id: str) -> None:
+        row = await self._advance(rows, event)
+        message = json.dumps({"agent": None if row is None else row.to_json(),
+                              "event": _event_row(event)}, default=str)
+        await response.write(f"id: {event_id}\nevent: agent\ndata: {message}\n\n".encode())
+
+    async def _since(self, agent_id: str, after: int) -> list[Event]:
+        """The agent's events after version ``after`` as the log has them now (the page
+        rendered up to ``after``; the live feed, subscribed before this read, has the rest):
+        the latest ``MAX_CATCH_UP`` of them at most."""
+        head = await self.api.reader.head(agent_id)
+        start = max(after + 1, head - MAX_CATCH_UP + 1)
+        events: list[Event] = []
+        while start <= head:
+            page = await self.api.reader.read(agent_id, start, min(500, head - start + 1))
+            if not page:
+                break
+            events.extend(e for e in page if e.version <= head)
+            start = page[-1].version + 1
+        return events
 
     async def _rows(self, ids: list[str]) -> dict[str, AgentRow]:
         """The agents' rows as projected, subscribed first: later events fold onto them."""
@@ -480,6 +525,18 @@ def _body(response: web.StreamResponse) -> dict[str, Any]:
     text = cast(web.Response, response).text or "{}"
     body: dict[str, Any] = json.loads(text)
     return body
+
+
+def _after(request: web.Request) -> int | None:
+    """Where a one-agent live stream resumes: the browser's ``Last-Event-ID`` (the last
+    version it got, on an automatic reconnection), else ``?after=N`` (the version the page
+    was rendered up to); None: live events only."""
+    for value in (request.headers.get("Last-Event-ID"), request.query.get("after")):
+        if value is not None and value.isdigit() and len(value) <= 18:
+            return int(value)
+    if request.query.get("after") not in (None, ""):
+        raise ApiError(400, "after must be a version (a non-negative integer)")
+    return None
 
 
 def _next(value: str | None) -> str:

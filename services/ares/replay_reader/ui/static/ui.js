@@ -22,6 +22,7 @@
     if (!(form instanceof HTMLFormElement)) { return; }
     if (form.hasAttribute("data-write")) {
       ev.preventDefault();
+      if (form.hasAttribute("data-confirm") && !window.confirm(form.getAttribute("data-confirm"))) { return; }
       submitWrite(form);
     } else if (form.hasAttribute("data-fragment")) {
       ev.preventDefault();
@@ -65,9 +66,13 @@
   }
 
   // -- live updates (SSE) -----------------------------------------------------------------
-  function follow(ids, onAgent) {
+  // One agent followed from a version (`after`: the page's last rendered event): the server
+  // first sends the events after it from the log, then the live ones, each once; on a
+  // reconnection it resumes from the last one received (Last-Event-ID, or `after` again).
+  function follow(ids, onAgent, after) {
     if (!ids.length || !window.EventSource) { return; }
     var url = "/ui/live?" + ids.map(function (id) { return "agent=" + encodeURIComponent(id); }).join("&");
+    if (after !== undefined && after !== null) { url += "&after=" + encodeURIComponent(String(after)); }
     var state = $("#live-state");
     var source = new EventSource(url);
     source.addEventListener("open", function () {
@@ -79,9 +84,12 @@
     source.addEventListener("agent", function (ev) {
       var message;
       try { message = JSON.parse(ev.data); } catch (e) { return; }
+      if (after !== undefined && after !== null && message.event && message.event.version > after) {
+        after = message.event.version;
+      }
       onAgent(message);
     });
-    source.addEventListener("ares.closed", function () { source.close(); setTimeout(function () { follow(ids, onAgent); }, 1000); });
+    source.addEventListener("ares.closed", function () { source.close(); setTimeout(function () { follow(ids, onAgent, after); }, 1000); });
   }
 
   function setField(root, name, value) {
@@ -134,6 +142,7 @@
     var tbody = $("#event-rows");
     if (!summary || !tbody) { return; }
     var id = summary.getAttribute("data-agent-id");
+    var after = parseInt(tbody.getAttribute("data-after") || "0", 10) || 0;
     follow([id], function (message) {
       if (message.agent) { applyAgent(summary, message.agent); }
       var e = message.event;
@@ -156,7 +165,37 @@
       if (head && e.version > parseInt(head.textContent || "0", 10)) { head.textContent = String(e.version); }
       var replay = $("#replay");
       if (replay) { replay.setAttribute("data-head", String(e.version)); }
-    });
+      if (e.type.indexOf("agent.") === 0) { refreshGenealogy(e.version); }
+    }, after);
+  }
+
+  // The genealogy after a lifecycle event (death, resurrection, stop...): its fragment
+  // re-fetched until it reflects that event (the projection it is read from may lag).
+  var genealogyWanted = 0, genealogyTimer = null;
+  function refreshGenealogy(version) {
+    genealogyWanted = Math.max(genealogyWanted, version);
+    if (genealogyTimer === null) { genealogyTimer = setTimeout(function () { loadGenealogy(20); }, 200); }
+  }
+  function loadGenealogy(tries) {
+    var old = $("#genealogy");
+    if (!old) { genealogyTimer = null; return; }
+    var wanted = genealogyWanted;
+    fetch(old.getAttribute("data-fragment"), {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : ""; })
+      .then(function (text) {
+        var holder = document.createElement("div");
+        holder.innerHTML = text;
+        var fresh = $("#genealogy", holder);
+        var seen = fresh ? parseInt(fresh.getAttribute("data-version") || "0", 10) : 0;
+        var current = $("#genealogy");
+        if (fresh && current && seen >= parseInt(current.getAttribute("data-version") || "0", 10)) {
+          current.replaceWith(fresh);
+        }
+        if ((seen < wanted || genealogyWanted > wanted) && tries > 1) {
+          genealogyTimer = setTimeout(function () { loadGenealogy(tries - 1); }, 500);
+        } else { genealogyTimer = null; }
+      })
+      .catch(function () { genealogyTimer = null; });
   }
 
   // -- replay panel -----------------------------------------------------------------------
