@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench import append, delegation, read, waits
+import asyncpg
+from bench import append, dashboard_live, delegation, read, waits
 
 from ares.config import Settings
 from tests.support.kafka import admin_client
@@ -176,3 +177,32 @@ async def test_delegation_bench_times_every_child_against_command_round_trips(
     assert events["wait.completed"] == 2 * children
 
     assert await bench_topics_left(settings) == []
+
+
+async def test_dashboard_live_bench_times_each_event_to_the_sse_client_and_a_raw_consumer(
+    settings: Settings, postgres_dsn: str,
+) -> None:
+    report = await dashboard_live.run(settings.with_overrides(postgres_dsn=postgres_dsn),
+                                      agents=200, followed=5, events=30, gap_ms=5,
+                                      partitions=PARTITIONS)
+
+    assert_section(report, "dashboard_live")
+    assert report["higher_is_better"] is False
+    assert report["warm_up_events"] == 2 * 5  # started and a task each: not counted
+    for side in (report["ours"], report["ceiling"]):
+        # Every event reached both readers, and was timed from its commit and its seal.
+        assert side["samples"] == 30
+        assert side["missing"] == 0
+        assert side["from_sealed"]["samples"] == 30
+        assert side["p50_ms"] <= side["p99_ms"] <= side["max_ms"]
+    assert report["goal"]["p99_ms"] == 1000.0
+    assert isinstance(report["goal"]["met"], bool)
+
+    assert await bench_topics_left(settings) == []
+    conn = await asyncpg.connect(postgres_dsn)
+    try:  # its projections schema dropped too
+        left = await conn.fetchval("SELECT count(*) FROM information_schema.schemata "
+                                   "WHERE schema_name = $1", report["config"]["schema"])
+    finally:
+        await conn.close()
+    assert left == 0

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.support.processes import ares
 
@@ -42,3 +51,53 @@ def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> N
     assert team["emails"] == {"team-1": 1, "team-calm": 1}
     team_resurrected = {r["agent_id"] for r in report["resurrections"]}
     assert "team-1" in team_resurrected
+
+
+def test_the_demo_with_ui_ends_in_the_arena(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``--ui``: after the report the dashboard keeps running and its URL is printed (with
+    the operator token, once, and nowhere else); it serves the fleet and refuses a write
+    without the token; Ctrl+C stops every service and the demo exits cleanly."""
+    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ares", "demo", "--ui", "--agents", "2", "--chats", "0",
+         "--steps", "2", "--step-ms", "50", "--workdir", str(tmp_path)],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        url = token = None
+        deadline = time.monotonic() + 400
+        for line in proc.stdout:  # the report first, then the dashboard's line
+            found = re.search(r"dashboard: (http://127\.0\.0\.1:\d+/ui/) .*operator token "
+                              r"(\S+)", line)
+            if found:
+                url, token = found.groups()
+                break
+            assert time.monotonic() < deadline, "no dashboard URL printed"
+        assert url is not None, "the demo ended without a dashboard"
+        assert token is not None
+
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200
+            html = page.read().decode()
+        assert "pipeline-01" in html
+        assert "team-1" in html
+        base = url.removesuffix("/ui/")
+        refused = urllib.request.Request(f"{base}/agents/pipeline-01/kill", data=b"{}",
+                                         headers={"Content-Type": "application/json"},
+                                         method="POST")
+        with pytest.raises(urllib.error.HTTPError) as no_token:
+            urllib.request.urlopen(refused, timeout=30)
+        assert no_token.value.code == 401
+        assert proc.poll() is None  # still serving
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+        with pytest.raises(urllib.error.URLError):  # the services are stopped with it
+            urllib.request.urlopen(url, timeout=5)
+        logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+        assert logs
+        assert token not in logs
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

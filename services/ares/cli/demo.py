@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import click
@@ -16,7 +21,7 @@ from rich.table import Table
 from ares.cli.common import settings_of
 from ares.config import Settings
 from ares.demo.report import DemoReport
-from ares.demo.runner import DemoOptions, DemoRun, run_demo
+from ares.demo.runner import DashboardAccess, DemoOptions, DemoRun, run_demo, stop_services
 from ares.demo.view import render
 from ares.devenv import DevEnvironment
 from ares.devenv import kafka as dev_kafka
@@ -38,23 +43,36 @@ err = Console(stderr=True)
               help="Fraction of all steps done when a runtime manager is SIGKILLed.")
 @click.option("--keep-running", is_flag=True,
               help="Leave the services running afterwards (explore with `ares replay`).")
+@click.option("--ui", is_flag=True,
+              help="End in the arena: after the report, keep every service running and the "
+                   "dashboard open (its URL and a generated operator token are printed, "
+                   "once; log in with the token to Kill, Stop or Crash worker) until Ctrl+C, "
+                   "which stops them all.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".ares/demo"), show_default=True,
               help="Where service logs and the agents' ledgers go.")
 @click.pass_context
 def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
-         kill_at: float, keep_running: bool, as_json: bool, workdir: Path) -> None:
+         kill_at: float, keep_running: bool, ui: bool, as_json: bool,
+         workdir: Path) -> None:
     """Start a fleet of agents, SIGKILL a worker mid-task, watch every agent come back.
 
     Two runtime managers run as real processes on a real Kafka broker (started with
     `ares dev up` when none is configured). The report checks every promise from outside
     the runtime: every task completed, no completed step executed twice, each e-mail sent
     once, every hash chain intact. Exit code 1 when a promise was broken.
+
+    With --ui the demo ends in the arena: the replay reader serves the dashboard (/ui/:
+    the fleet live, each agent's replay step by step, Kill and Stop; Crash worker, the
+    services running with --arena) and everything keeps running after the report until
+    Ctrl+C. The URL and a generated operator token are printed once, after the report (on
+    stderr with --json).
     """
     settings = _ensure_broker(settings_of(ctx))
     options = DemoOptions(agents=agents, chats=chats, steps=steps, step_ms=step_ms,
-                          kill_at=kill_at, keep_running=keep_running, workdir=workdir)
+                          kill_at=kill_at, keep_running=keep_running or ui, ui=ui,
+                          workdir=workdir)
     live_view = sys.stdout.isatty() and not as_json
     run = _run(settings, options, live_view)
     assert run.report is not None
@@ -62,7 +80,48 @@ def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
         click.echo(json.dumps(run.report.to_json(), indent=2))
     else:
         _print_report(run, options)
+    if run.ui is not None:
+        _stay_in_the_arena(run, run.ui, as_json)
     ctx.exit(0 if not run.report.broken_promises else 1)
+
+
+def _stay_in_the_arena(run: DemoRun, access: DashboardAccess, as_json: bool) -> None:
+    """The dashboard's URL and token, printed once; the services kept until Ctrl+C (or
+    SIGTERM), then stopped."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        _until_ready(access, next(s.log for s in run.services if s.name == "replay-reader"))
+        click.echo(f"\ndashboard: {access.url}  (log in with the operator token {access.token}"
+                   f" to Kill, Stop or Crash worker; Ctrl+C stops every service)",
+                   err=as_json)
+        sys.stdout.flush()
+        with contextlib.suppress(KeyboardInterrupt):
+            while not stop.wait(0.5):
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        err.print("stopping the services ...")
+        stop_services(run)
+
+
+def _until_ready(access: DashboardAccess, log: Path, timeout_s: float = 60.0) -> None:
+    """/readyz of the dashboard's replay reader answers 200 (it has served since the fleet
+    started; this only makes sure before the URL is printed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{access.port}/readyz",
+                                        timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            err.print(f"[yellow]the dashboard is not ready after {timeout_s:.0f}s; its log: "
+                      f"{log}[/]", highlight=False)
+            return
+        time.sleep(0.5)
 
 
 def _run(settings: Settings, options: DemoOptions, live_view: bool) -> DemoRun:

@@ -16,6 +16,12 @@
 6. wait for every task, then check every promise from outside: the log (chains, outcomes,
    tokens, the team's dispatches) and the ledgers the example agents wrote of what really
    ran (LLM steps, e-mails).
+
+With ``ui`` (``ares demo --ui``) the replay reader serves the dashboard (``/ui/``) on a free
+port of its own, with ``--arena`` (the runtime managers too: Crash worker is honoured), an
+operator token generated for this run (``ARES_API_TOKENS``, in that process's environment
+only) and a projections schema of the run's own; the services keep running after the
+report (``keep_running``) for the caller to stop (``stop_services``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +77,7 @@ class DemoOptions:
     session_timeout_ms: int = 6000
     timeout_s: float = 300.0
     keep_running: bool = False
+    ui: bool = False  # the dashboard with the arena, kept running after the report
     workdir: Path = field(default_factory=lambda: Path.cwd() / ".ares" / "demo")
 
 
@@ -83,6 +92,20 @@ class DemoRun:
     fault_times: dict[str, list[datetime]] = field(default_factory=dict)  # agent -> faults
     emails_expected: int = 0
     killed_worker: str | None = None
+    ui: DashboardAccess | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardAccess:
+    """Where the demo's dashboard listens, and the operator token its writes need (never
+    logged: the caller prints it once)."""
+
+    port: int
+    token: str = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/ui/"
 
 
 Progress = Callable[[DemoRun], None]
@@ -105,14 +128,17 @@ async def run_demo(base: Settings, options: DemoOptions, progress: Progress) -> 
     phase(f"creating topics {prefix}*")
     await apply_topics(plan, settings)
     env = _service_env(settings, options, ledger)
+    arena = ["--arena"] if options.ui else []
     for index in (1, 2):
         run.services.append(ServiceProcess(
             f"runtime-manager-{index}",
             ["runtime-manager", "--instance-id", f"worker-{index}",
-             "--session-timeout-ms", str(options.session_timeout_ms)],
+             "--session-timeout-ms", str(options.session_timeout_ms), *arena],
             env, workdir / "logs" / f"runtime-manager-{index}.log"))
     run.services += [ServiceProcess(name, [name], env, workdir / "logs" / f"{name}.log")
                      for name in SUPPORTING_SERVICES]
+    if options.ui:
+        run.ui = _with_dashboard(run, env, prefix)
     phase(f"starting {len(run.services)} services")
     for service in run.services:
         service.start()
@@ -122,10 +148,34 @@ async def run_demo(base: Settings, options: DemoOptions, progress: Progress) -> 
         run.report = await _report(run, options, ledger)
         phase("done")
     finally:
-        if not options.keep_running:
-            for service in run.services:
-                service.stop()
+        if not options.keep_running or (options.ui and run.report is None):
+            stop_services(run)  # --ui: kept for the caller only once the report is made
     return run
+
+
+def stop_services(run: DemoRun) -> None:
+    for service in run.services:
+        service.stop()
+
+
+def _with_dashboard(run: DemoRun, env: dict[str, str], prefix: str) -> DashboardAccess:
+    """The replay reader as the dashboard: a free port, ``--arena``, an operator token of
+    this run's own, a projections schema of the run's own (the demo's agent ids recur from
+    run to run)."""
+    access = DashboardAccess(_free_port(), secrets.token_urlsafe(24))
+    reader = next(s for s in run.services if s.name == "replay-reader")
+    reader.args += ["--http-port", str(access.port), "--arena"]
+    reader.env = {**env, "ARES_API_TOKENS": f"operator:{access.token}",
+                  "ARES_PROJECTIONS_SCHEMA": prefix.rstrip(".").replace("-", "_")}
+    reader.env.pop("ARES_API_TOKEN", None)
+    reader.env.pop("ARES_API_TOKENS_FILE", None)
+    return access
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None],

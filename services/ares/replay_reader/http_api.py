@@ -204,22 +204,11 @@ def _signal_name(value: str) -> str:
 async def _signal_body(request: web.Request) -> tuple[str, str]:
     """The body's (payload as canonical JSON, signal id): an empty body is ``{}``."""
     raw = await request.read()  # over client_max_size: aiohttp's 413
-    body: Any = {}
-    if raw.strip():
-        content_type = request.content_type
-        if content_type != "application/json" and not content_type.endswith("+json"):
-            raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
-        try:
-            body = json.loads(raw, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            raise ApiError(400, f"the body is not JSON: {str(exc)[:200]}") from None
+    body: Any = _decoded(request, raw) if raw.strip() else {}
     if not isinstance(body, dict):
         raise ApiError(400, 'the body must be a JSON object: {"payload": <any JSON value>, '
                             '"signal_id": "<id>"}')
-    unknown = sorted(set(body) - _SIGNAL_FIELDS)
-    if unknown:
-        raise ApiError(400, f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:3])}:"
-                            " a signal's body has payload and signal_id only")
+    _no_unknown_fields(body, _SIGNAL_FIELDS, "a signal's body has payload and signal_id only")
     signal_id = body["signal_id"] if "signal_id" in body else str(uuid.uuid4())
     if (not isinstance(signal_id, str) or not 1 <= len(signal_id) <= openapi.ID_MAX
             or not _SIGNAL_ID_RE.fullmatch(signal_id)):
@@ -262,20 +251,32 @@ async def _json_object(request: web.Request, fields: frozenset[str], shape: str,
                             "may carry")
     if not raw.strip():
         return {}
+    body = _decoded(request, raw)
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the body must be a JSON object: {shape}")
+    _no_unknown_fields(body, fields, f"the body is {shape}")
+    return body
+
+
+def _decoded(request: web.Request, raw: bytes) -> Any:
+    """A write's non-empty body as JSON: 415 unless its Content-Type is JSON, 400 when it
+    does not parse (NaN and Infinity refused)."""
     content_type = request.content_type
     if content_type != "application/json" and not content_type.endswith("+json"):
         raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
     try:
-        body = json.loads(raw, parse_constant=_no_constant)
+        return json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, f"the body is not JSON: {str(exc)[:200]}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, f"the body must be a JSON object: {shape}")
+
+
+def _no_unknown_fields(body: Mapping[str, Any], fields: frozenset[str], what: str) -> None:
+    """400 naming (up to three of) the body's fields outside ``fields``; ``what`` says
+    which fields a body has."""
     unknown = sorted(set(body) - fields)
     if unknown:
         raise ApiError(400, f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:3])}:"
-                            f" the body is {shape}")
-    return body
+                            f" {what}")
 
 
 def _body_text(body: Mapping[str, Any], name: str, *, required: bool = False,

@@ -6,7 +6,9 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -14,9 +16,11 @@ import pytest
 from ares.config import Settings
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
+from ares.replay_reader.service import ReplayReaderService
 from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import applied_topics
 from tests.support.processes import ares_env
+from tests.support.workers import wait_group, workers
 
 PARTITIONS = 3
 
@@ -43,6 +47,27 @@ async def schema(postgres_dsn: str) -> AsyncIterator[str]:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     finally:
         await conn.close()
+
+
+@asynccontextmanager
+async def one_owner(settings: Settings, plan: TopicPlan, tmp_path_factory: pytest.TempPathFactory,
+                    worker: str, name: str) -> AsyncIterator[Path]:
+    """One real runtime manager (``worker``) owning every partition, settled in its group;
+    its evidence ledger directory (``<name>-ledger``; its log under ``<name>-logs``)."""
+    directory = tmp_path_factory.mktemp(f"{name}-ledger")
+    with workers(settings, PARTITIONS, tmp_path_factory.mktemp(f"{name}-logs"), (worker,),
+                 session_timeout_ms=6000, ARES_EXAMPLE_LEDGER_DIR=str(directory)):
+        await wait_group(settings, plan, members=1)
+        yield directory
+
+
+async def serving(settings: Settings, schema_prefix: str) -> ReplayReaderService:
+    """An in-process replay reader on a free port of 127.0.0.1, not projecting, with a
+    projections schema of its own (``<schema_prefix><random>``)."""
+    service = ReplayReaderService(settings, http_port=0, project=False, host="127.0.0.1",
+                                  schema=f"{schema_prefix}{uuid.uuid4().hex[:8]}")
+    await service.start()
+    return service
 
 
 def env_of(settings: Settings, schema: str, **extra: str) -> dict[str, str]:

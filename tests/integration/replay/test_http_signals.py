@@ -25,13 +25,11 @@ from ares.events.wire.canonical import canonical_json
 from ares.examples import evidence
 from ares.examples.refund import REFUNDS
 from ares.replay_reader.auth import WRITES_DISABLED
-from ares.replay_reader.service import ReplayReaderService
 from ares.topics import COMMANDS, DLQ, TopicPlan
-from tests.integration.replay.conftest import PARTITIONS
+from tests.integration.replay.conftest import one_owner, serving
 from tests.integration.replay.test_http_api import schemathesis
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.runtime import read_stream, wait_for_events
-from tests.support.workers import wait_group, workers
 
 TOKEN = f"sig-{uuid.uuid4().hex}"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -42,24 +40,14 @@ WORKER = "w-signals"
 async def ledger(rp_settings: Settings, plan: TopicPlan,
                  tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
     """One real runtime manager owning every partition; its evidence ledger directory."""
-    directory = tmp_path_factory.mktemp("signals-ledger")
-    with workers(rp_settings, PARTITIONS, tmp_path_factory.mktemp("signals-logs"), (WORKER,),
-                 session_timeout_ms=6000, ARES_EXAMPLE_LEDGER_DIR=str(directory)):
-        await wait_group(rp_settings, plan, members=1)
+    async with one_owner(rp_settings, plan, tmp_path_factory, WORKER, "signals") as directory:
         yield directory
-
-
-async def _serving(settings: Settings) -> ReplayReaderService:
-    service = ReplayReaderService(settings, http_port=0, project=False, host="127.0.0.1",
-                                  schema=f"rp_sig_{uuid.uuid4().hex[:8]}")
-    await service.start()
-    return service
 
 
 @pytest.fixture(scope="module")
 async def api(rp_settings: Settings, ledger: Path) -> AsyncIterator[str]:
     """A replay reader that takes writes (ARES_API_TOKEN set); its base URL."""
-    service = await _serving(rp_settings.with_overrides(api_token=TOKEN))
+    service = await serving(rp_settings.with_overrides(api_token=TOKEN), "rp_sig_")
     yield f"http://127.0.0.1:{service.port}"
     await service.stop()
 
@@ -68,7 +56,7 @@ async def api(rp_settings: Settings, ledger: Path) -> AsyncIterator[str]:
 async def closed_api(rp_settings: Settings, plan: TopicPlan) -> AsyncIterator[str]:
     """A replay reader without ARES_API_TOKEN: writes disabled."""
     assert rp_settings.api_token is None
-    service = await _serving(rp_settings)
+    service = await serving(rp_settings, "rp_sig_")
     yield f"http://127.0.0.1:{service.port}"
     await service.stop()
 
@@ -232,7 +220,7 @@ async def test_no_owner_answering_is_503_with_retry_after(rp_settings: Settings)
     lonely = rp_settings.with_overrides(topic_prefix=f"rp-lonely-{uuid.uuid4().hex[:8]}.",
                                         request_timeout_s=2.0, api_token=TOKEN)
     async with applied_topics(lonely, partitions=1):
-        service = await _serving(lonely)
+        service = await serving(lonely, "rp_sig_")
         try:
             status, headers, body = await post(
                 f"http://127.0.0.1:{service.port}/agents/anyone/signals/approved",

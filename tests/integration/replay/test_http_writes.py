@@ -24,11 +24,10 @@ from ares.events.model import Event, NewEvent
 from ares.replay_reader.auth import CSRF_HEADER, SESSION_COOKIE
 from ares.replay_reader.service import ReplayReaderService
 from ares.topics import COMMANDS, TopicPlan
-from tests.integration.replay.conftest import PARTITIONS
+from tests.integration.replay.conftest import one_owner, serving
 from tests.integration.replay.test_http_api import schemathesis
 from tests.support.kafka import drain_records
 from tests.support.runtime import read_stream, wait_for_events
-from tests.support.workers import wait_group, workers
 
 VIEWER = f"viewer-{uuid.uuid4().hex}"
 OPERATOR = f"operator-{uuid.uuid4().hex}"
@@ -42,25 +41,15 @@ WORKER = "w-writes"
 async def owner(rp_settings: Settings, plan: TopicPlan,
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
     """One real runtime manager owning every partition."""
-    directory = tmp_path_factory.mktemp("writes-ledger")
-    with workers(rp_settings, PARTITIONS, tmp_path_factory.mktemp("writes-logs"), (WORKER,),
-                 session_timeout_ms=6000, ARES_EXAMPLE_LEDGER_DIR=str(directory)):
-        await wait_group(rp_settings, plan, members=1)
+    async with one_owner(rp_settings, plan, tmp_path_factory, WORKER, "writes") as directory:
         yield directory
-
-
-async def _serving(settings: Settings) -> ReplayReaderService:
-    service = ReplayReaderService(settings, http_port=0, project=False, host="127.0.0.1",
-                                  schema=f"rp_wr_{uuid.uuid4().hex[:8]}")
-    await service.start()
-    return service
 
 
 @pytest.fixture(scope="module")
 async def service(rp_settings: Settings, owner: Path) -> AsyncIterator[ReplayReaderService]:
     """A replay reader with a viewer's and an operator's token; reads open."""
-    started = await _serving(rp_settings.with_overrides(api_tokens=TOKENS,
-                                                        request_timeout_s=20.0))
+    started = await serving(rp_settings.with_overrides(api_tokens=TOKENS,
+                                                        request_timeout_s=20.0), "rp_wr_")
     yield started
     await started.stop()
 
@@ -326,8 +315,8 @@ async def test_reads_need_a_token_with_reads_token(
         rp_settings: Settings, plan: TopicPlan, client: Client) -> None:
     agent_id = f"wr-reads-{uuid.uuid4().hex[:8]}"
     await client.start_agent(agent_id, "test.counter")
-    service = await _serving(rp_settings.with_overrides(api_tokens=TOKENS,
-                                                        api_reads="token"))
+    service = await serving(rp_settings.with_overrides(api_tokens=TOKENS,
+                                                        api_reads="token"), "rp_wr_")
     base = f"http://127.0.0.1:{service.port}"
     try:
         for path in (f"/agents/{agent_id}", "/agents", f"/agents/{agent_id}/genealogy",
