@@ -191,9 +191,9 @@ class AgentSinkImpl:
     """The SDK's view of the agent's stream: appends go through the partition's writer.
 
     An append that records a dispatch (``delegation.dispatched``) carries the child's start
-    and assignment in its transaction, and is refused once the agent's stop is requested:
-    the check runs inside the transaction, in the writer's order, so a stop handled first
-    wins and no child starts after it (``delegations``)."""
+    and assignment in its transaction, and is refused once the agent's stop is requested or
+    recorded: the check runs inside the transaction, in the writer's order, so a stop handled
+    first wins and no child starts after it (``delegations``)."""
 
     def __init__(self, hosted: HostedAgent, writer: PartitionWriter, alerts_topic: str,
                  commands_topic: str, partitions: int) -> None:
@@ -217,7 +217,10 @@ class AgentSinkImpl:
         commands = delegations.dispatch_commands(agent_id, events) if dispatch else []
 
         async def work(tx: TransactionScope) -> int:
-            if dispatch and hosted.lifecycle.stop_requested:
+            life = hosted.lifecycle
+            # Requested (the stop is being handled) or recorded (agent.stopped committed and
+            # cleared the flag, while the cancelled handler has not unwound yet).
+            if dispatch and (life.stop_requested or not life.is_live):
                 raise AgentStopping(f"agent {agent_id} is stopping: no new child")
             version = await tx.append(agent_id, events, ANY_VERSION)
             for record in records:
