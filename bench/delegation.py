@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import os
 import sys
 import tempfile
 import time
@@ -63,12 +62,19 @@ from ares.topics import load_topics as load_plan
 if __package__ in (None, ""):  # python bench/delegation.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import Section, bench_settings, cli, latency_summary, machine, section
+from bench.harness import (
+    Section,
+    bench_settings,
+    cli,
+    latency_summary,
+    machine,
+    section,
+    worker_env,
+)
 from bench.recovery import read_streams, wait_group
 from bench.waits import EventTail
 from bench.waits import Worker as TailedWorker
 
-ROOT = Path(__file__).resolve().parents[1]
 AGENTS_SPEC = "bench.delegation:REGISTRY"
 LEADER = "bench.leader"
 CHILD = "bench.child"
@@ -129,13 +135,7 @@ async def team_workers(settings: Settings, *, workers: int, partitions: int,
     settings = bench_settings(settings).with_overrides(request_timeout_s=60.0)
     plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
     await apply_topics(plan, settings)
-    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),
-           "ARES_HTTP_PORT": "0", "ARES_LOG_LEVEL": "warning",
-           # bench.delegation, wherever the benchmark is started from
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                         if p)}
-    env.pop("ARES_EXAMPLE_LEDGER_DIR", None)
+    env = worker_env(settings, partitions)
     processes = [ServiceProcess(f"bench-team-{i}", [
         "runtime-manager", "--instance-id", f"bench-team-{i}", "--agents", AGENTS_SPEC],
         env, workdir / f"bench-team-{i}.log") for i in range(workers)]

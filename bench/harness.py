@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -243,6 +244,20 @@ def bench_settings(settings: Settings) -> Settings:
     return settings.with_overrides(
         topic_prefix=f"{settings.topic_prefix}bench-{uuid.uuid4().hex[:8]}."
     )
+
+
+def worker_env(settings: Settings, partitions: int) -> dict[str, str]:
+    """The environment of a benchmark's ``ares run runtime-manager`` process: bound to
+    ``settings``' broker and topics, quiet, no probe port, no example ledgers, and the
+    repository on ``PYTHONPATH`` (its ``--agents`` kinds live in tests/ or bench/, wherever
+    the benchmark is started from)."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),
+           "ARES_HTTP_PORT": "0", "ARES_LOG_LEVEL": "warning",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    env.pop("ARES_EXAMPLE_LEDGER_DIR", None)
+    return env
 
 
 def events_topic_configs(settings: Settings) -> tuple[int, dict[str, str]]:

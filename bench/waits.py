@@ -68,10 +68,17 @@ from ares.topics import load_topics as load_plan
 if __package__ in (None, ""):  # python bench/waits.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import Section, bench_settings, cli, latency_summary, machine, section
+from bench.harness import (
+    Section,
+    bench_settings,
+    cli,
+    latency_summary,
+    machine,
+    section,
+    worker_env,
+)
 from bench.recovery import wait_group
 
-ROOT = Path(__file__).resolve().parents[1]
 KIND = "test.waiter"
 AGENTS_SPEC = "tests.support.agents:REGISTRY"
 WAITING_GOAL_BYTES = 10_240
@@ -111,13 +118,7 @@ async def worker(settings: Settings, partitions: int, workdir: Path,
     settings = bench_settings(settings).with_overrides(request_timeout_s=120.0)
     plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
     await apply_topics(plan, settings)
-    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),
-           "ARES_HTTP_PORT": "0", "ARES_LOG_LEVEL": "warning",
-           # tests.support.agents, wherever the benchmark is started from
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                         if p)}
-    env.pop("ARES_EXAMPLE_LEDGER_DIR", None)
+    env = worker_env(settings, partitions)
     process = ServiceProcess(name, ["runtime-manager", "--instance-id", name, "--agents",
                                     AGENTS_SPEC], env, workdir / f"{name}.log")
     try:
