@@ -79,6 +79,8 @@ from ares.events.model import NewEvent
 from ares.events.wire.canonical import parse_json
 from ares.lifecycle import events as ev
 from ares.llm import LlmProvider, OfflineProvider, provider_from_env
+from ares.llm.prices import PriceTable
+from ares.llm.telemetry import BudgetGate, LlmTelemetry, NullTelemetry, OpenBudget
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +106,23 @@ class AgentSink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AgentServices:
-    """What the runtime lends every agent: the LLM provider, the clock retries sleep on, and
-    the reconcile hooks of tools that do not carry one."""
+    """What the runtime lends every agent: the LLM provider, the clock retries sleep on,
+    the reconcile hooks of tools that do not carry one, and where LLM calls report usage
+    and token deltas and ask the fleet budget (``ares.llm.telemetry``)."""
 
     llm: LlmProvider = field(default_factory=OfflineProvider)
     clock: Clock = field(default_factory=SystemClock)
     reconcilers: ReconcileRegistry = field(default_factory=ReconcileRegistry)
+    telemetry: LlmTelemetry = field(default_factory=NullTelemetry)
+    budget: BudgetGate = field(default_factory=OpenBudget)
+    prices: PriceTable = field(default_factory=PriceTable)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentServices:
-        """Provider from ``ARES_LLM_*`` (see ``ares.llm.provider_from_env``)."""
-        return cls(llm=provider_from_env(os.environ if env is None else env))
+        """Provider from ``ARES_LLM_*`` (see ``ares.llm.provider_from_env``), prices from
+        ``ARES_LLM_PRICES_FILE``."""
+        env = os.environ if env is None else env
+        return cls(llm=provider_from_env(env), prices=PriceTable.from_env(env))
 
     async def close(self) -> None:
         closer = getattr(self.llm, "close", None)

@@ -14,6 +14,8 @@ from ares.topics.diff import ChangeSet, Difference, TopicChange, TopicState, pla
 from ares.topics.loader import checkout_topics_file, load_topics, packaged_topics_file
 from ares.topics.spec import (
     ALERTS,
+    BUDGET_LIMITS,
+    BUDGETS,
     COMMANDS,
     DLQ,
     EVENTS,
@@ -24,6 +26,8 @@ from ares.topics.spec import (
     SCHEDULES,
     SNAPSHOTS,
     SUMMARIES,
+    TOKENS,
+    USAGE,
     TopicOverrides,
     TopicPlan,
     TopicSpec,
@@ -32,6 +36,8 @@ from ares.topics.spec import (
 
 __all__ = [
     "ALERTS",
+    "BUDGETS",
+    "BUDGET_LIMITS",
     "COMMANDS",
     "DLQ",
     "EVENTS",
@@ -42,6 +48,8 @@ __all__ = [
     "SCHEDULES",
     "SNAPSHOTS",
     "SUMMARIES",
+    "TOKENS",
+    "USAGE",
     "ChangeSet",
     "Difference",
     "RefusedChangeError",

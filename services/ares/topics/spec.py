@@ -27,6 +27,10 @@ ALERTS = "ares.alerts"
 DLQ = "ares.dlq"
 REPLIES = "ares.replies"
 SCHEDULES = "ares.schedules"
+TOKENS = "ares.tokens"
+USAGE = "ares.usage"
+BUDGETS = "ares.budgets"
+BUDGET_LIMITS = "ares.budget-limits"
 # Keyed by agent id (schedules: by schedule:<name>) and owned per partition (DESIGN.md
 # principle 4): partition p of each of them belongs to the same runtime manager, so they must
 # share one partition count.
