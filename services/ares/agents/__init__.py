@@ -11,11 +11,13 @@ The runtime's side of the contract (``AgentSink``, ``TaskJournal``, ``open_tasks
 from __future__ import annotations
 
 from ares.agents.agent import Agent, Task
+from ares.agents.chat_call import Tool, TurnLimitExceeded, agent_loop
 from ares.agents.context import Context, RunStats
 from ares.agents.delegation import Child, Delegation
 from ares.agents.errors import (
     AgentConfigError,
     AgentRegistryError,
+    BudgetExceeded,
     ChildFailed,
     ContextClosedError,
     NonDeterminismError,
@@ -42,6 +44,7 @@ __all__ = [
     "AgentRegistry",
     "AgentRegistryError",
     "AgentServices",
+    "BudgetExceeded",
     "Child",
     "ChildFailed",
     "Clock",
@@ -64,11 +67,14 @@ __all__ = [
     "TaskFailed",
     "TaskOutcome",
     "TokenLedger",
+    "Tool",
     "ToolCallFailed",
     "ToolSkipped",
+    "TurnLimitExceeded",
     "UnknownAgentKindError",
     "ValidationFailed",
     "WaitTimeout",
+    "agent_loop",
     "build_registry",
     "load_registry",
     "token_ledger",

@@ -25,6 +25,7 @@ from ares.agents import delegation
 from ares.agents import records as r
 from ares.agents.delegation import Child, Delegation
 from ares.agents.errors import (
+    BudgetExceeded,
     ContextClosedError,
     NonDeterminismError,
     Rejected,
@@ -34,6 +35,7 @@ from ares.agents.errors import (
     WaitTimeout,
 )
 from ares.agents.journal import RecordedCall, TaskJournal
+from ares.agents.llm_spend import Spend, budget_failure, provider_name
 from ares.agents.retry import LLM_DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from ares.agents.tools import Effect, InDoubtCall, Reconciler
 from ares.agents.waits import (
@@ -51,9 +53,11 @@ from ares.agents.waits import (
 )
 from ares.events.model import NewEvent
 from ares.llm.base import LlmProvider, LlmResult, prompt_hash
+from ares.llm.chat import ChatProvider, ChatResponse, ToolSpec
 
 if TYPE_CHECKING:
     from ares.agents.agent import Task
+    from ares.agents.chat_call import Tool
     from ares.agents.host_api import AgentServices, AgentSink
 
 log = logging.getLogger("ares.agents")
@@ -103,8 +107,10 @@ class Context:
 
     def __init__(self, *, agent_id: str, task: Task, journal: TaskJournal, sink: AgentSink,
                  services: AgentServices, incarnation: int, module: str,
-                 mailbox: Mailbox | None = None) -> None:
+                 mailbox: Mailbox | None = None,
+                 config: Mapping[str, Any] | None = None) -> None:
         self.agent_id = agent_id
+        self.config: Mapping[str, Any] = config or {}
         self.task = task
         self.task_id = task.task_id
         self.incarnation = incarnation
@@ -127,6 +133,11 @@ class Context:
         self._rng = random.Random()
 
     # -- public API ----------------------------------------------------------------------
+
+    @property
+    def is_rerun(self) -> bool:
+        """True when the task ran before (its journal holds records): a resumption."""
+        return not self._journal.is_empty
 
     @property
     def is_replaying(self) -> bool:
@@ -162,14 +173,17 @@ class Context:
     async def llm(self, name: str, prompt: str, model: str | None = None, *,
                   provider: LlmProvider | None = None, retry: RetryPolicy | None = None,
                   fallback: Any = MISSING, validate: Callable[[str], Any] | None = None,
-                  retries: int = 0, **params: Any) -> Any:
+                  retries: int = 0, budget_policy: str | None = None, **params: Any) -> Any:
         """Call the LLM once and record prompt hash, model, output and tokens; returns the
         completion text. A re-run returns the recorded text and spends no tokens.
 
         ``provider`` overrides the service's provider for this call; ``params`` go to the
         provider (``temperature``, ``max_tokens``...). Default retry: 4 attempts with
         exponential backoff on ``LlmUnavailableError`` (rate limits, timeouts, 5xx).
-        A changed prompt on replay is a ``NonDeterminismError``.
+        A changed prompt on replay is a ``NonDeterminismError``. Before each request the
+        fleet budget of the agent's tenant (config ``tenant``) is asked: over budget,
+        ``budget_policy="wait"`` (default; config ``budget_policy``) waits, ``"fail"``
+        records and raises ``BudgetExceeded``. Every answer's usage goes to ``ares.usage``.
 
         ``validate(text)`` (sync or async) accepts the completion by returning the value
         the call returns (JSON-able; ``None`` returns the text itself) or rejects it by raising
@@ -192,17 +206,26 @@ class Context:
             return await validated_llm(self, name, prompt, model,
                                        provider=provider or self.services.llm,
                                        policy=retry or LLM_DEFAULT_RETRY, validate=validate,
-                                       retries=retries, fallback=fallback, params=params)
+                                       retries=retries, fallback=fallback, params=params,
+                                       budget_policy=budget_policy)
         position, occurrence, recorded = self._begin(r.LLM, name)
         digest = prompt_hash(prompt)
         if recorded is not None:
             return self._replay_llm(recorded, position, digest)
         chosen = provider or self.services.llm
+        spend = Spend(self, name, occurrence, provider_name=provider_name(chosen),
+                      model=model or chosen.default_model, policy=budget_policy)
+
+        async def once() -> LlmResult:
+            return await spend.request(lambda _: chosen.complete(prompt, model, **params),
+                                       lambda a: (a.prompt_tokens, a.completion_tokens,
+                                                  a.model))
+
         try:
-            result = await self._attempt(name, retry or LLM_DEFAULT_RETRY, chosen.complete,
-                                         (prompt, model), params)
+            result = await self._attempt(name, retry or LLM_DEFAULT_RETRY, once, (), {})
         except _Exhausted as failure:
-            extra = {"model": model or chosen.default_model, "prompt_hash": digest}
+            extra = {"model": spend.model, "prompt_hash": digest,
+                     **budget_failure(failure.error)}
             return await self._record_failure(r.LLM, name, occurrence, position, failure,
                                               fallback, extra)
         if not isinstance(result, LlmResult):
@@ -212,11 +235,42 @@ class Context:
             "name": name, "model": result.model, "prompt_hash": digest, "output": result.text,
             "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens, "occurrence": occurrence,
-            "task_id": self.task_id}, r.position_metadata(position))])
+            "task_id": self.task_id}, r.position_metadata(position)),
+            *spend.wait_events(position)])
         self.stats.llm_calls += 1
         self.stats.prompt_tokens += result.prompt_tokens
         self.stats.completion_tokens += result.completion_tokens
         return result.text
+
+    async def chat(self, name: str, messages: Sequence[Mapping[str, Any]], *,
+                   tools: Sequence[Tool | ToolSpec] = (), model: str | None = None,
+                   provider: ChatProvider | None = None, retry: RetryPolicy | None = None,
+                   fallback: Any = MISSING, stream: bool = False,
+                   budget_policy: str | None = None, **params: Any) -> ChatResponse:
+        """One assistant turn for ``messages`` (see ``ares.llm.chat`` for their shape),
+        offering ``tools`` (``ares.Tool`` or bare ``ToolSpec``): the typed response (text,
+        tool calls, usage, stop reason), recorded whole. A re-run returns the recorded turn
+        and never calls the provider; a different conversation at a recorded position is a
+        ``NonDeterminismError``.
+
+        ``stream=True``: the provider's text deltas go to ``ares.tokens`` as they arrive
+        (``GET /agents/{id}/tokens``); the record holds the final turn. Retry, fallback and
+        budget as for ``ctx.llm``. Run the tools it asks for with ``ctx.run_tools``.
+        """
+        from ares.agents.chat_call import chat
+
+        return await chat(self, name, messages, tools=tools, model=model, provider=provider,
+                          retry=retry, fallback=fallback, stream=stream,
+                          budget_policy=budget_policy, params=params)
+
+    async def run_tools(self, response: ChatResponse,
+                        tools: Sequence[Tool]) -> list[dict[str, Any]]:
+        """Run the tool calls of ``response`` through ``ctx.tool``, each with its
+        ``Tool``'s effect (at-most-once, idempotent, keyed: the same rules as a call the
+        handler makes), and return the ``role: tool`` messages with their results."""
+        from ares.agents.chat_call import run_tools
+
+        return await run_tools(self, response, tools)
 
     async def tool(self, name: str, fn: Callable[..., Any], *args: Any,
                    effect: Effect | str = Effect.AT_MOST_ONCE,
@@ -524,6 +578,11 @@ def _seconds(value: timedelta | float | None, what: str) -> float | None:
 
 
 def _step_failed(payload: Any) -> StepFailed:
+    if isinstance(payload.get("budget_reason"), str):
+        return BudgetExceeded(str(payload.get("task_id")), str(payload.get("kind", r.LLM)),
+                              str(payload.get("step_name")),
+                              r.int_field(payload, "occurrence"), str(payload.get("tenant")),
+                              payload["budget_reason"])
     return StepFailed(str(payload.get("task_id")), str(payload.get("kind", r.STEP)),
                       str(payload.get("step_name")), r.int_field(payload, "occurrence"),
                       payload.get("error_type"), str(payload.get("error", "")),

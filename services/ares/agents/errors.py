@@ -76,6 +76,18 @@ class StepFailed(TaskFailed):
         self.attempts = attempts
 
 
+class BudgetExceeded(StepFailed):
+    """An llm call under ``budget_policy="fail"`` found its tenant over the fleet budget.
+    Recorded (``step.failed`` with the tenant and the reason), raised again on replay."""
+
+    def __init__(self, task_id: str, kind: str, name: str, occurrence: int, tenant: str,
+                 reason: str) -> None:
+        super().__init__(task_id, kind, name, occurrence, "ares.BudgetExceeded",
+                         f"tenant {tenant!r} is over its LLM budget: {reason}", 1)
+        self.tenant = tenant
+        self.reason = reason
+
+
 class ValidationFailed(ValueError):
     """Raise from a ``ctx.llm(..., validate=fn)`` validator to reject a completion: the
     message says why. It is recorded (``llm.validation``) and, when no attempt passes, is

@@ -167,7 +167,8 @@ async def run_task(agent: Agent, task: Task, journal: TaskJournal, sink: AgentSi
     if journal.outcome is not None:
         return recorded_outcome(task.task_id, journal)
     ctx = Context(agent_id=agent.agent_id, task=task, journal=journal, sink=sink,
-                  services=services, incarnation=incarnation, module=module, mailbox=mailbox)
+                  services=services, incarnation=incarnation, module=module, mailbox=mailbox,
+                  config=agent.config)
     try:
         output = await agent.handle(task, ctx)
     except TaskPaused as paused:

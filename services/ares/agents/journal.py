@@ -64,6 +64,7 @@ class RecordedCall:
     llm: Mapping[str, Any] | None = None  # the llm.call payload
     failure: Mapping[str, Any] | None = None  # the step.failed payload
     validation: Mapping[str, Any] | None = None  # llm: the llm.validation payload (a verdict)
+    response: Mapping[str, Any] | None = None  # chat: the llm.response payload (the turn)
     attempts: list[ToolAttempt] = field(default_factory=list)
     wait: Mapping[str, Any] | None = None  # the wait.started payload (result: wait.completed)
 
@@ -174,7 +175,8 @@ class _Builder:
             self.settle(event)
             return
         if t not in (ev.TASK_ASSIGNED, ev.TASK_COMPLETED, ev.TASK_FAILED, r.STEP_COMPLETED,
-                     r.LLM_CALL, r.LLM_VALIDATION, r.STEP_FAILED, r.TOOL_INTENT, r.TASK_RESUMED,
+                     r.LLM_CALL, r.LLM_VALIDATION, r.LLM_RESPONSE, r.STEP_FAILED,
+                     r.TOOL_INTENT, r.TASK_RESUMED,
                      ev.WAIT_STARTED, ev.WAIT_COMPLETED, ev.DELEGATION_DISPATCHED):
             return
         journal = self.journal(p.get("task_id"))
@@ -194,6 +196,8 @@ class _Builder:
             call.completed, call.result, call.llm = True, p["output"], p
         elif t == r.LLM_VALIDATION:  # with its attempt's llm.call (none: the provider gave up)
             self.call(journal, event, r.LLM, str(p["name"])).validation = p
+        elif t == r.LLM_RESPONSE:  # with its turn's llm.call
+            self.call(journal, event, r.LLM, str(p["name"])).response = p
         elif t == r.STEP_FAILED:
             call = self.call(journal, event, str(p.get("kind", r.STEP)), str(p["step_name"]))
             call.failure = p

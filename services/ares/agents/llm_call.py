@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ares.agents import records as r
 from ares.agents.context import MISSING, _Exhausted, _step_failed, call_maybe_async
 from ares.agents.errors import ContextClosedError, NonDeterminismError, StepResultError
+from ares.agents.llm_spend import Spend, budget_failure, provider_name
 from ares.agents.retry import RetryPolicy
 from ares.events.model import NewEvent
 from ares.llm.base import LlmProvider, LlmResult, prompt_hash
@@ -80,7 +81,7 @@ class ValidatedLlmCall:
     def __init__(self, ctx: Context, name: str, prompt: str, model: str | None,
                  provider: LlmProvider, policy: RetryPolicy,
                  validate: Callable[[str], Any] | None, retries: int,
-                 params: dict[str, Any]) -> None:
+                 params: dict[str, Any], budget_policy: str | None = None) -> None:
         self.ctx = ctx
         self.name = name
         self.prompt = prompt
@@ -90,6 +91,7 @@ class ValidatedLlmCall:
         self.validate = validate
         self.attempts = retries + 1
         self.params = params
+        self.budget_policy = budget_policy
         self.digest = prompt_hash(prompt)
 
     async def run(self, fallback: Any) -> Any:
@@ -131,9 +133,16 @@ class ValidatedLlmCall:
 
     async def _execute(self, at: _At) -> tuple[list[NewEvent], _Verdict, LlmResult | None]:
         ctx = self.ctx
+        spend = Spend(ctx, self.name, at.occurrence, provider_name=provider_name(self.provider),
+                      model=self.model or self.provider.default_model, policy=self.budget_policy)
+
+        async def once() -> LlmResult:
+            return await spend.request(
+                lambda _: self.provider.complete(self.prompt, self.model, **self.params),
+                lambda a: (a.prompt_tokens, a.completion_tokens, a.model))
+
         try:
-            result = await ctx._attempt(self.name, self.policy, self.provider.complete,
-                                        (self.prompt, self.model), self.params)
+            result = await ctx._attempt(self.name, self.policy, once, (), {})
         except _Exhausted as failure:
             verdict = _Verdict(PROVIDER_FAILED, None, r.qualified_name(failure.error),
                                str(failure.error), failure.retriable, failure.error)
@@ -212,7 +221,9 @@ class ValidatedLlmCall:
                    "error": verdict.error, "attempts": at.attempt,
                    "retriable": verdict.retriable, "has_fallback": has_fallback,
                    "fallback": value, "model": self.model or self.provider.default_model,
-                   "prompt_hash": self.digest}
+                   "prompt_hash": self.digest,
+                   **(budget_failure(verdict.cause) if isinstance(verdict.cause, Exception)
+                      else {})}
         await self._record([*events, NewEvent(r.STEP_FAILED, ctx.module, payload,
                                               self._metadata(at))], result)
         if has_fallback:
@@ -234,12 +245,13 @@ class _At:
 async def validated_llm(ctx: Context, name: str, prompt: str, model: str | None, *,
                         provider: LlmProvider, policy: RetryPolicy,
                         validate: Callable[[str], Any] | None, retries: int,
-                        fallback: Any, params: dict[str, Any]) -> Any:
+                        fallback: Any, params: dict[str, Any],
+                        budget_policy: str | None = None) -> Any:
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"ctx.llm({name!r}): retries must be an int >= 0 (got {retries!r})")
     if validate is not None and not callable(validate):
         raise TypeError(f"ctx.llm({name!r}): validate must be callable (got "
                         f"{type(validate).__name__})")
     call = ValidatedLlmCall(ctx, name, prompt, model, provider, policy, validate, retries,
-                            params)
+                            params, budget_policy)
     return await call.run(fallback)

@@ -34,6 +34,8 @@ TOOL_IN_DOUBT = "tool.in_doubt"
 # JSON payloads defined by the SDK.
 STEP_FAILED = "step.failed"
 LLM_VALIDATION = "llm.validation"  # the verdict on one attempt of a validated ctx.llm
+LLM_BUDGET = "llm.budget"  # a ctx.llm that waited for the fleet budget: how long
+LLM_RESPONSE = "llm.response"  # a ctx.chat turn whole (tool calls, stop reason), beside llm.call
 TASK_RESUMED = "task.resumed"
 TOOL_RESOLVED = "tool.call.resolved"
 AGENT_LOG = "agent.log"
