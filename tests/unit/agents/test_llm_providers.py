@@ -1,5 +1,7 @@
-"""LLM providers: the offline one is deterministic; the HTTP one is tested against a local
-aiohttp server (no external network) for success, error translation and key hygiene."""
+"""LLM providers: the offline one is deterministic; the OpenAI one (the official SDK) is
+tested against a local aiohttp server with scripted answers (no external network) for the
+exact wire request, error translation and key hygiene. tests/unit/llm covers chat, tools,
+streaming and Anthropic against the protocol servers of tests/support/llm_servers.py."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from ares.llm import (
     count_tokens,
     provider_from_env,
 )
-from ares.llm.openai_compat import LlmSettings, OpenAICompatibleProvider
+from ares.llm.openai_provider import LlmSettings, OpenAIProvider
 from tests.unit.agents.support import FnAgent, Harness
 
 KEY = "sk-test-SECRET-0123456789"
@@ -73,13 +75,18 @@ def test_provider_from_env() -> None:
     assert provider_from_env({"ARES_LLM_MODEL": "m"}).default_model == "m"
     http = provider_from_env({"ARES_LLM_BASE_URL": "http://127.0.0.1:1/v1",
                               "ARES_LLM_API_KEY": KEY, "ARES_LLM_MODEL": "small"})
-    assert isinstance(http, OpenAICompatibleProvider)
+    assert isinstance(http, OpenAIProvider)
     assert http.default_model == "small"
     assert KEY not in repr(http)
-    with pytest.raises(ConfigError, match="ARES_LLM_PROVIDER must be one of offline, openai"):
+    with pytest.raises(ConfigError,
+                       match="ARES_LLM_PROVIDER must be one of offline, openai, anthropic"):
         provider_from_env({"ARES_LLM_PROVIDER": "magic"})
-    with pytest.raises(ConfigError, match="ARES_LLM_BASE_URL is not set"):
+    # The official endpoint by default, which needs a key.
+    with pytest.raises(ConfigError, match=r"no API key for https://api\.openai\.com/v1"):
         provider_from_env({"ARES_LLM_PROVIDER": "openai"})
+    official = provider_from_env({"ARES_LLM_PROVIDER": "openai", "OPENAI_API_KEY": KEY})
+    assert isinstance(official, OpenAIProvider)
+    assert official.settings.base_url == "https://api.openai.com/v1"
     with pytest.raises(ConfigError, match="must start with http"):
         provider_from_env({"ARES_LLM_BASE_URL": "api.example.com"})
     with pytest.raises(ConfigError, match="ARES_LLM_TIMEOUT_S"):
@@ -87,7 +94,7 @@ def test_provider_from_env() -> None:
     assert KEY not in repr(LlmSettings("http://x", KEY))
 
 
-# -- OpenAI-compatible over HTTP -------------------------------------------------------
+# -- OpenAI through its SDK, against scripted answers -----------------------------------
 
 @dataclass
 class FakeApi:
@@ -124,8 +131,8 @@ async def api() -> AsyncIterator[tuple[FakeApi, str]]:
         await server.close()
 
 
-def _provider(base_url: str, timeout_s: float = 5.0) -> OpenAICompatibleProvider:
-    return OpenAICompatibleProvider(LlmSettings(base_url, KEY, "small", timeout_s))
+def _provider(base_url: str, timeout_s: float = 5.0) -> OpenAIProvider:
+    return OpenAIProvider(LlmSettings(base_url, KEY, "small", timeout_s))
 
 
 async def test_chat_completion_round_trip(api: tuple[FakeApi, str]) -> None:
@@ -224,7 +231,7 @@ async def test_a_slow_server_times_out_as_retriable() -> None:
     await server.start_server()
     provider = _provider(str(server.make_url("/v1")), timeout_s=0.05)
     try:
-        with pytest.raises(LlmUnavailableError, match="TimeoutError"):
+        with pytest.raises(LlmUnavailableError, match=r"unreachable: .*Timeout"):
             await provider.complete("x")
     finally:
         await provider.close()
