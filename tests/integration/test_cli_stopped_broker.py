@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "agents status": (),
     "agents genealogy": ("a1",),
     "agents tree": ("a1",),
+    "agents tail": ("a1", "--tokens"),
     "alerts tail": (),
     "events read": ("s1",),
     "events tail": (),
@@ -54,6 +55,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "run health-checker": (),
     "run compactor": (),
     "run replay-reader": (),
+    "run budget-keeper": (),
+    "budgets set": ("acme", "--tokens-per-minute", "1000"),
+    "budgets status": (),
 }
 # Those that need neither, and why.
 OFFLINE = {

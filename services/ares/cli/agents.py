@@ -2,7 +2,8 @@
 
 Write commands (start, stop, kill, resume, task, resolve, snapshot) go through ``ares.Client``
 to the owner of the agent's partition, which validates them and appends the events; they
-print one line on stdout once the owner has answered. Read commands (status, genealogy,
+print one line on stdout once the owner has answered. ``tail --tokens`` follows an agent's
+LLM token streams on ``ares.tokens`` (``ares.llm.tokens``). Read commands (status, genealogy,
 tree) scan ``ares.events`` read-only (read_committed, no consumer group, no partition
 ownership) and fold the views of ``ares.views.agents``, ``ares.lifecycle.genealogy`` and
 ``ares.views.team``.
@@ -15,6 +16,7 @@ unreachable, topics missing or no owner answered (start one: ares run runtime-ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -29,6 +31,7 @@ from rich.table import Table
 
 from ares.agents.records import RESOLUTIONS
 from ares.cli.common import err_console, run_async, settings_of
+from ares.cli.events import _quiet_broken_pipe, _stop_on_sigterm
 from ares.cli.render import one_line
 from ares.cli.send import ISSUER, send_command
 from ares.client import Client
@@ -41,9 +44,11 @@ from ares.events.model import Event
 from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.genealogy import Incarnation, genealogy, genealogy_json
 from ares.lifecycle.state import AGENT_STARTED, WaitingFor
+from ares.llm.telemetry import DELTA, RESTARTED, STREAM_ERROR
+from ares.llm.tokens import FROM_BEGINNING, FROM_CHOICES, TokenRecord, TokenTail
 from ares.logs import quiet_aiokafka
 from ares.resolution import resolve_call
-from ares.topics import EVENTS, load_topics
+from ares.topics import EVENTS, TOKENS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
 from ares.views.team import Member, TeamScan, TeamTree, team_tree
 
@@ -65,7 +70,7 @@ def agents() -> None:
     \b
     start, stop, kill, resume, task, resolve and snapshot go through the owner of the
     agent's partition (`ares run runtime-manager`); status, genealogy and tree only read
-    ares.events and are safe to run at any time.
+    ares.events, tail --tokens only reads ares.tokens: safe to run at any time.
     Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent or call,
     2 bad flag (e.g. invalid JSON), 3 version conflict (resolve),
     4 broker unreachable, topics missing or no owner answered.
@@ -432,6 +437,85 @@ async def _members(settings: Settings) -> dict[str, Member]:
         return scan.members()
     finally:
         await store.close()
+
+
+@agents.command("tail")
+@click.argument("agent_id", metavar="ID")
+@click.option("--tokens", is_flag=True,
+              help="the agent's LLM token streams (ares.tokens); the only mode for now")
+@click.option("--from", "start", type=click.Choice(FROM_CHOICES), default=FROM_BEGINNING,
+              show_default=True,
+              help="beginning: what the topic still holds (about an hour), then live; "
+                   "end: only what comes next")
+@click.option("--json", "as_json", is_flag=True,
+              help="one token record per line (JSON Lines), as GET /agents/{id}/tokens")
+@click.pass_context
+def tail_command(ctx: click.Context, agent_id: str, tokens: bool, start: str,
+                 as_json: bool) -> None:
+    """Follow agent ID live until Ctrl-C (or SIGTERM), exit 0.
+
+    \b
+    --tokens: the text its LLM calls stream (ctx.chat / ctx.llm with streaming), as it
+    arrives; a line break when a stream ends. When a step is asked again after a crash or
+    a retry, a marker line says its earlier partial text is void:
+      [restarted: TASK/NAME/OCCURRENCE — previous partial text void]
+    A stream that failed ends with [error: TASK/NAME/OCCURRENCE: message].
+    --json: the records themselves, one per line: stream, agent_id, task_id, name,
+    occurrence, incarnation, kind (start, restarted, delta, end, error), seq, text, at.
+    Token records are a live view kept about an hour; the recorded llm.call holds the
+    final text (`ares events read ID`).
+    """
+    if not tokens:
+        raise click.UsageError("say what to follow: --tokens (the agent's LLM token "
+                               "streams; the only mode for now)")
+    settings = settings_of(ctx)
+    topic = load_topics(settings).name(TOKENS)
+    with _quiet_broken_pipe(), contextlib.suppress(KeyboardInterrupt), quiet_aiokafka():
+        run_async(_tail_tokens(settings, topic, agent_id, start, as_json))
+
+
+async def _tail_tokens(settings: Settings, topic: str, agent_id: str, start: str,
+                       as_json: bool) -> None:
+    terminated = _stop_on_sigterm()
+    try:
+        tail = await TokenTail.open(settings, topic, agent_id, start=start)
+        try:
+            _note(f"following the token streams of {agent_id!r} in {topic} (partition "
+                  f"{tail.tp.partition}, from {start}); Ctrl-C to stop")
+            printer = _TokenPrinter(as_json)
+            while True:
+                printer.show((await tail.next()).record)
+        finally:
+            await tail.close()
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise  # Ctrl-C: asyncio.run turns it into KeyboardInterrupt, which tail ends
+
+
+class _TokenPrinter:
+    """Deltas as running text; a stream's end closes its line, a restart or an error is a
+    line of its own."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.mid_line = False
+
+    def show(self, record: TokenRecord) -> None:
+        if self.as_json:
+            click.echo(_json_line(record.to_json()))
+            return
+        if record.kind == DELTA:
+            if record.text:
+                click.echo(record.text, nl=False)  # flushes: text shows as it comes
+                self.mid_line = not record.text.endswith("\n")
+            return
+        if self.mid_line:  # END, or a new stream after one that never ended (a crash)
+            click.echo()
+            self.mid_line = False
+        if record.kind == RESTARTED:
+            click.echo(f"[restarted: {record.stream} — previous partial text void]")
+        elif record.kind == STREAM_ERROR:
+            click.echo(f"[error: {record.stream}: {record.text}]")
 
 
 # -- reading ----------------------------------------------------------------------------

@@ -75,14 +75,14 @@ class UsageRecord:
     def from_json(cls, data: Mapping[str, Any]) -> UsageRecord:
         """``ValueError`` when a field is missing or of the wrong type."""
         try:
-            return cls(tenant=_text(data, "tenant"), agent_id=_text(data, "agent_id"),
-                       kind=_text(data, "kind"), task_id=_text(data, "task_id"),
-                       name=_text(data, "name"), provider=_text(data, "provider"),
-                       model=_text(data, "model"),
-                       prompt_tokens=_count(data, "prompt_tokens"),
-                       completion_tokens=_count(data, "completion_tokens"),
-                       cost_usd=float(data["cost_usd"]), outcome=_text(data, "outcome"),
-                       at=float(data["at"]), usage_id=_text(data, "usage_id"))
+            return cls(tenant=text_field(data, "tenant"), agent_id=text_field(data, "agent_id"),
+                       kind=text_field(data, "kind"), task_id=text_field(data, "task_id"),
+                       name=text_field(data, "name"), provider=text_field(data, "provider"),
+                       model=text_field(data, "model"),
+                       prompt_tokens=count_field(data, "prompt_tokens"),
+                       completion_tokens=count_field(data, "completion_tokens"),
+                       cost_usd=float(data["cost_usd"]), outcome=text_field(data, "outcome"),
+                       at=float(data["at"]), usage_id=text_field(data, "usage_id"))
         except (KeyError, TypeError) as e:
             raise ValueError(f"not a usage record: {type(e).__name__}: {e}") from None
 
@@ -188,14 +188,14 @@ class OpenBudget:
         return 0.0
 
 
-def _text(data: Mapping[str, Any], name: str) -> str:
+def text_field(data: Mapping[str, Any], name: str) -> str:
     value = data[name]
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string")
     return value
 
 
-def _count(data: Mapping[str, Any], name: str) -> int:
+def count_field(data: Mapping[str, Any], name: str) -> int:
     value = data[name]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise TypeError(f"{name} must be an int >= 0")

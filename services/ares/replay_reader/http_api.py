@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from http import HTTPStatus
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -49,27 +49,33 @@ from ares.events.model import Event, EventFilter
 from ares.events.ports import SummarySource
 from ares.events.wire.canonical import canonical_json
 from ares.lifecycle.state import Status
+from ares.llm.tokens import FROM_BEGINNING, FROM_CHOICES, TokenEvent, TokenTail
 from ares.replay_reader import arena_api, fallback, openapi, ui
 from ares.replay_reader.audit_run import AuditScope, run_audit
 from ares.replay_reader.auth import ApiAuth, Principal, Role
 from ares.replay_reader.auth import ApiError as ApiError  # noqa: PLC0414 (re-exported)
 from ares.replay_reader.kafka_source import KafkaStreamReader
-from ares.replay_reader.live import Listener, LiveFeed
+from ares.replay_reader.live import Listener, LiveEvent, LiveFeed
 from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
 from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
 from ares.replay_reader.source import NoSummaries
 from ares.resolution import resolve_call as resolve_in_doubt
+from ares.topics import TOKENS, load_topics
 from ares.views.agents import NoSuchAgentError, NotResolvableError
 from ares.views.team import Member, team_tree
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
 REQUESTS = Counter("ares_replay_http_requests_total", "HTTP requests", ["route", "status"])
 _ID_RE = re.compile(openapi.ID_PATTERN)
 _TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]*$")
 _STATUSES = {s.value for s in Status}
 _KEEPALIVE_S = 15.0
+# A token stream's Last-Event-ID: a Kafka offset (at most 2**63 - 1, so the next is too).
+MAX_OFFSET = openapi.MAX_OFFSET
+_OFFSET_RE = re.compile(r"[0-9]{1,19}")
 # The issuer of the commands the API sends (ARES_COMMAND_ISSUERS rules can name it).
 ISSUER = "http-api"
 # A 503 of a write: when to try again (with the same signal id).
@@ -324,6 +330,7 @@ class ReplayApi:
         self._client: Client | None = None
         self._client_lock = asyncio.Lock()
         self._closed = False
+        self._tokens_topic: str | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._problems])
@@ -333,6 +340,7 @@ class ReplayApi:
         get("/agents/{agent_id}", self.get_agent)
         get("/agents/{agent_id}/genealogy", self.get_genealogy)
         get("/agents/{agent_id}/tree", self.get_tree)
+        get("/agents/{agent_id}/tokens", self.agent_tokens)
         get("/streams/{stream_id}/events", self.stream_events)
         get("/streams/{stream_id}/state", self.stream_state)
         get("/audit/{stream_id}", self.audit)
@@ -763,6 +771,40 @@ class ReplayApi:
             self.feed.unsubscribe(listener)
         return response
 
+    async def agent_tokens(self, request: web.Request) -> web.StreamResponse:
+        """SSE: the agent's LLM token records (``ares.llm.tokens``), one event each: id its
+        offset, event its kind, data the record. Resumes after ``Last-Event-ID`` (header,
+        else ``?last_event_id=``); without it ``?from=beginning`` (default: what the topic
+        retains) or ``?from=end``. Reads are checked by the middleware, as every GET."""
+        agent_id = _id(request.match_info["agent_id"], "agent_id")
+        after = _last_event_id(request)
+        start = request.query.get("from", FROM_BEGINNING)
+        if start not in FROM_CHOICES:
+            raise ApiError(400, f"from must be one of {', '.join(FROM_CHOICES)}")
+        if self._tokens_topic is None:
+            self._tokens_topic = load_topics(self.settings).name(TOKENS)
+        # Opened before the response starts: a broker that does not answer is a 503.
+        tail = await TokenTail.open(self.settings, self._tokens_topic, agent_id, after=after,
+                                    start=start, timeout_s=self.settings.request_timeout_s)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+
+        async def send(token: TokenEvent) -> bool:
+            data = json.dumps(token.record.to_json(), separators=(",", ":"))
+            await response.write(f"id: {token.offset}\nevent: {token.record.kind}\n"
+                                 f"data: {data}\n\n".encode())
+            return True
+
+        try:
+            await response.prepare(request)
+            await response.write(b": subscribed\n\n")
+            await sse_loop(response, tail.next, send)
+        except ConnectionError:
+            pass  # the client went away (noticed at the next write, a keepalive at worst)
+        finally:
+            await tail.close()
+        return response
+
     # -- probes ----------------------------------------------------------------------------
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -780,16 +822,47 @@ class ReplayApi:
         return web.Response(body=encoder(REGISTRY), headers={"Content-Type": content_type})
 
 
-async def _pump(response: web.StreamResponse, listener: Listener) -> None:
+def _last_event_id(request: web.Request) -> int | None:
+    """The offset a token stream resumes after: the ``Last-Event-ID`` header (what an
+    EventSource sends when it reconnects, so it wins), else ``?last_event_id=``."""
+    raw = request.headers.get("Last-Event-ID")
+    name = "Last-Event-ID"
+    if raw is None:
+        raw, name = request.query.get("last_event_id"), "last_event_id"
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if not _OFFSET_RE.fullmatch(raw) or int(raw) > MAX_OFFSET:
+        raise ApiError(400, f"{name} must be the id of an event of this stream (an offset, "
+                            f"0-{MAX_OFFSET}), got {raw[:40]!r}")
+    return int(raw)
+
+
+async def sse_loop(response: web.StreamResponse, receive: Callable[[], Awaitable[T]],
+                   send: Callable[[T], Awaitable[bool]],
+                   keepalive_s: float = _KEEPALIVE_S) -> None:
+    """Write what ``receive`` gets with ``send`` until ``send`` returns False; a keepalive
+    comment while nothing came for ``keepalive_s`` (proxies close idle connections, and a
+    write is how a client that went away is noticed). ``receive`` is cancelled on each
+    keepalive: it must lose nothing then."""
     while True:
         try:
-            live = await asyncio.wait_for(listener.next(), _KEEPALIVE_S)
+            item = await asyncio.wait_for(receive(), keepalive_s)
         except TimeoutError:
             await response.write(b": keepalive\n\n")
             continue
+        if not await send(item):
+            return
+
+
+async def _pump(response: web.StreamResponse, listener: Listener) -> None:
+    async def send(live: LiveEvent | None) -> bool:
         if live is None:
             reason = json.dumps({"reason": listener.dropped})
             await response.write(f"event: ares.closed\ndata: {reason}\n\n".encode())
-            return
+            return False
         data = _dumps(live.event.to_json())
         await response.write(f"id: {live.id}\nevent: ares.event\ndata: {data}\n\n".encode())
+        return True
+
+    await sse_loop(response, listener.next, send)

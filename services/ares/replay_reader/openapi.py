@@ -19,6 +19,8 @@ ID_MAX = 256
 MAX_PAGE = 500
 MAX_EVENTS_PAGE = 1000
 MAX_VERSION = 2**53 - 1
+# The largest Last-Event-ID of a token stream (a Kafka offset, whose next one is an int64).
+MAX_OFFSET = 2**63 - 2
 # A signal's name in a path: a path segment as is (RFC 3986 pchar but percent-escapes),
 # not "." or ".." (clients remove those segments), so no client, shell or proxy rewrites
 # it on the way. The owner takes any printable name (the CLI and the command can send one).
@@ -310,6 +312,28 @@ _PATHS: dict[str, Any] = {
         "read)",
         _json(_ref("AgentTree"), "the root, its children nested"), [_AGENT],
         op_id="getAgentTree")},
+    "/agents/{agent_id}/tokens": {"get": {
+        "summary": "The agent's LLM token streams as Server-Sent Events (ares.tokens): one "
+                   "event per record, `id` its offset, `event` its kind (start, restarted, "
+                   "delta, end, error), `data` the record (docs/streaming.md). Resumes after "
+                   "Last-Event-ID; endless (keepalive comments while idle)",
+        "operationId": "streamAgentTokens",
+        "parameters": [
+            _AGENT,
+            _query("from", {"type": "string", "enum": ["beginning", "end"],
+                            "default": "beginning"},
+                   "without a Last-Event-ID: every record the topic retains (about an "
+                   "hour), or only new ones"),
+            _query("last_event_id", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+                   "resume after this event id (the header Last-Event-ID wins)"),
+            {"name": "Last-Event-ID", "in": "header", "required": False,
+             "description": "the id of the last event received: the stream goes on after "
+                            "it (what an EventSource sends when it reconnects)",
+             "schema": {"type": "string", "pattern": r"^[0-9]{1,19}$"}}],
+        "responses": {"200": {"description": "an endless event stream",
+                              "content": {"text/event-stream": {"schema": {
+                                  "type": "string"}}}},
+                      "400": _PROBLEM, "503": _PROBLEM}}},
     "/streams/{stream_id}/events": {"get": _op(
         "Events of a stream from a version; pass `next_from` as `from` for the next page",
         _json(_ref("EventPage"), "a page of events, in version order"),

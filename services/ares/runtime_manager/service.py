@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -12,8 +13,11 @@ from aiokafka.errors import KafkaError
 
 from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
+from ares.budgets.view import KafkaBudgetView
 from ares.config import Settings
 from ares.events.kafka.errors import translate
+from ares.llm.kafka_telemetry import KafkaTelemetry
+from ares.llm.telemetry import NullTelemetry, OpenBudget
 from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
@@ -39,6 +43,19 @@ class RuntimeManager(Service):
         super().__init__()
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
+        services = services or AgentServices.from_env()
+        # LLM usage and token deltas go to ares.usage / ares.tokens, unless the caller
+        # plugged in a telemetry of its own.
+        self.telemetry: KafkaTelemetry | None = None
+        if isinstance(services.telemetry, NullTelemetry):
+            self.telemetry = KafkaTelemetry(settings, plan)
+            services = replace(services, telemetry=self.telemetry)
+        # Fleet budgets: the keeper's states on ares.budgets, unless the caller plugged in
+        # a gate of its own.
+        self.budget_view: KafkaBudgetView | None = None
+        if isinstance(services.budget, OpenBudget):
+            self.budget_view = KafkaBudgetView(settings, plan)
+            services = replace(services, budget=self.budget_view)
         self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
                               services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
@@ -68,10 +85,18 @@ class RuntimeManager(Service):
             self._producer, self._heartbeat_topic, self.worker_id, self._heartbeat_interval_s,
             partitions=lambda: list(self.owner.writers), beats=self.host.beats)
         try:
+            if self.telemetry is not None:  # before the owner resumes any agent
+                await self.telemetry.start()
+            if self.budget_view is not None:
+                await self.budget_view.start()
             await self.owner.start()
         except BaseException:  # exit 4 with a message, and no client left unclosed
             await self._producer.stop()
             self._producer = None
+            if self.telemetry is not None:
+                await self.telemetry.stop()
+            if self.budget_view is not None:
+                await self.budget_view.stop()
             raise
         self.heartbeats.start()
 
@@ -89,3 +114,7 @@ class RuntimeManager(Service):
             await self.heartbeats.stop()
         if self._producer is not None:
             await self._producer.stop()
+        if self.telemetry is not None:  # after the owner stopped: no agent calls an LLM
+            await self.telemetry.stop()
+        if self.budget_view is not None:
+            await self.budget_view.stop()
