@@ -18,6 +18,7 @@ from ares.cli.agents import agents
 from ares.cli.alerts import alerts
 from ares.cli.audit import audit
 from ares.cli.bench import bench
+from ares.cli.budgets import budgets
 from ares.cli.chaos import chaos
 from ares.cli.common import AppContext, run_cli
 from ares.cli.compaction import compaction
@@ -92,6 +93,7 @@ cli.add_command(compaction)
 cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(chaos)
+cli.add_command(budgets)
 events.add_command(append)
 
 

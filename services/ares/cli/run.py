@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ares import logs
+from ares.budgets.keeper import BudgetKeeper
 from ares.cli.common import run_async, settings_of
 from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
@@ -26,6 +27,7 @@ from ares.service import Service, serve
 from ares.topics import load_topics
 
 log = logging.getLogger(__name__)
+BUDGET_KEEPER_PORT = 8084
 
 
 @click.group()
@@ -151,6 +153,36 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
     service = ReplayReaderService(settings, http_port=http_port, schema=schema,
                                   project=not no_projector, agents=agent_specs)
     _serve(ctx, service, settings, probes=False)  # its API serves /healthz and /readyz
+
+
+@run.command("budget-keeper")
+@click.option("--publish-interval", type=click.FloatRange(0.01, 60), default=0.1,
+              show_default=True, envvar="ARES_BUDGET_PUBLISH_INTERVAL_S", show_envvar=True,
+              metavar="SECONDS",
+              help="At most one state per tenant this often on ares.budgets (a tenant going "
+                   "over or back under its budget is published at once).")
+@click.option("--log-level", envvar="ARES_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def budget_keeper(ctx: click.Context, publish_interval: float, log_level: str) -> None:
+    """Adds up LLM usage per tenant and publishes each tenant's budget state.
+
+    \b
+    Reads ares.usage in the group <prefix>ares-budget-keeper (run several: the tenants
+    are shared out by partition) and the limits on ares.budget-limits (`ares budgets
+    set`); publishes to ares.budgets each tenant's tokens in the current UTC minute, USD
+    in the current UTC day and whether it is over, which every runtime manager consults
+    before each LLM call (`ares budgets status` shows it). Nothing to lose when killed:
+    on start it re-reads the day's usage (counting each usage_id once). Records that are
+    not usage records go to ares.dlq, once. Probes on port 8084 (ARES_HTTP_PORT).
+    """
+    logs.configure(log_level)
+    # Its own default probe port, beside the other services' (ares.probes.DEFAULT_PORTS).
+    settings = settings_of(ctx)
+    if settings.http_port is None:
+        settings = settings.with_overrides(http_port=BUDGET_KEEPER_PORT)
+    keeper = BudgetKeeper(settings, load_topics(settings), publish_interval_s=publish_interval)
+    _serve(ctx, keeper, settings)
 
 
 def _serve(ctx: click.Context, service: Service, settings: Settings, *,

@@ -1,0 +1,119 @@
+"""Budget keeper throughput: usage records folded per second, as at a restart.
+
+Run alone: ``python bench/budgets.py [--records N] [--tenants T] [--partitions P] [--json]``.
+
+``--records`` usage records of ``--tenants`` tenants (stamped now, JSON as the runtime's
+telemetry writes them) are produced to an ``ares.usage`` of the run's own topics first.
+Then a ``BudgetKeeper`` (the service of ``ares run budget-keeper``, in this process)
+starts and re-reads them: from its start until every partition is caught up (``ready``)
+it decodes, validates, deduplicates and folds each record: records/s is its recovery
+throughput, and also the most usage a keeper follows live. Ceiling: a raw aiokafka
+consumer reading the same records and ``json.loads``-ing each value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from ares.budgets.keeper import BudgetKeeper
+from ares.config import Settings
+from ares.llm.telemetry import UsageRecord
+from ares.topics import USAGE, apply_topics, delete_topics
+from ares.topics import load_topics as load_plan
+
+if __package__ in (None, ""):  # python bench/budgets.py: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import Section, Stopwatch, bench_settings, cli, section, start_producer
+
+
+async def run(settings: Settings, records: int = 200_000, tenants: int = 1000,
+              partitions: int = 4) -> Section:
+    settings = bench_settings(settings)
+    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    await apply_topics(plan, settings)
+    try:
+        topic = plan.name(USAGE)
+        await _produce(settings, topic, records, tenants)
+        ceiling = await _raw(settings, topic, partitions, records)
+        ours = await _keeper(settings, plan, records)
+    finally:
+        await delete_topics(plan, settings)
+    return section("budget keeper: usage records folded (a restart's re-read)",
+                   "events_per_s", ours, ceiling, records=records, tenants=tenants,
+                   partitions=partitions)
+
+
+async def _produce(settings: Settings, topic: str, records: int, tenants: int) -> None:
+    rng = random.Random(1)
+    producer = await start_producer(settings, linger_ms=20)
+    try:
+        now = time.time()
+        for i in range(records):
+            tenant = f"tenant-{rng.randrange(tenants):04d}"
+            usage = UsageRecord(tenant=tenant, agent_id=f"agent-{i % 5000}", kind="bench",
+                                task_id="t", name="call", provider="offline",
+                                model="offline-1", prompt_tokens=rng.randint(10, 400),
+                                completion_tokens=rng.randint(10, 400),
+                                cost_usd=rng.randint(1, 100) / 10_000, at=now)
+            await producer.send(topic, json.dumps(usage.to_json()).encode(),
+                                key=tenant.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _raw(settings: Settings, topic: str, partitions: int,
+               records: int) -> dict[str, object]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                enable_auto_commit=False, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        watch = Stopwatch()
+        seen = 0
+        while seen < records:
+            batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for found in batch.values():
+                for record in found:
+                    json.loads(record.value)
+                seen += len(found)
+        return watch.stop(seen).to_dict()
+    finally:
+        await consumer.stop()
+
+
+async def _keeper(settings: Settings, plan: object, records: int) -> dict[str, object]:
+    keeper = BudgetKeeper(settings, plan)  # type: ignore[arg-type]
+    watch = Stopwatch()
+    await keeper.start()
+    try:
+        while not keeper.ready:  # noqa: ASYNC110 (a property, no event to wait on)
+            await asyncio.sleep(0.005)
+        measured = watch.stop(keeper.folded)
+    finally:
+        await keeper.stop()
+    assert keeper.folded == records, (keeper.folded, records)
+    return measured.to_dict()
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=4)
+
+
+if __name__ == "__main__":
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    cli("budget keeper throughput", run, _arguments)
