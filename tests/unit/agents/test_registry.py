@@ -32,8 +32,9 @@ def _no_entry_points(monkeypatch: pytest.MonkeyPatch, *eps: EntryPoint) -> None:
 def test_builtin_examples_are_registered_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_entry_points(monkeypatch)
     registry = build_registry()
-    assert registry.kinds() == ["example.chat", "example.distiller", "example.pipeline",
-                                "example.refund", "example.researcher", "example.team"]
+    assert registry.kinds() == ["example.assistant", "example.chat", "example.distiller",
+                                "example.pipeline", "example.refund", "example.researcher",
+                                "example.team"]
     assert isinstance(registry.create("example.pipeline", "p1"), PipelineAgent)
     assert isinstance(registry.create("example.chat", "c1", {"max_turns": 3}), ChatAgent)
 
@@ -44,7 +45,7 @@ def test_unknown_kind_lists_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> N
         build_registry().create("example.pipelin", "p1")
     message = str(info.value)
     assert "unknown agent kind 'example.pipelin'" in message
-    assert "example.chat, example.distiller, example.pipeline" in message
+    assert "example.assistant, example.chat, example.distiller" in message
     assert "--agents" in message
     assert isinstance(info.value, AgentConfigError)
 
@@ -80,7 +81,7 @@ def test_specs_merge_with_builtins_and_conflicts_are_errors(
     with pytest.raises(AgentRegistryError, match=r"kind 'test\.echo' is defined twice"):
         build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:CONFLICTING"])
     # The same class from two sources is not a conflict.
-    assert len(build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:AS_LIST"])) == 7  # + 6 built-in
+    assert len(build_registry([f"{SPEC}:REGISTRY", f"{SPEC}:AS_LIST"])) == 8  # + 7 built-in
 
 
 def test_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
