@@ -16,6 +16,9 @@ from typing import Any
 from ares.errors import ConfigError
 from ares.gc_policy import DEFAULT_GEN0_THRESHOLD, check_gc_threshold
 
+# ares.events.writer.DEFAULT_ID_WINDOW (not imported: config stays free of the event modules).
+DEFAULT_DEDUPE_WINDOW = 200_000
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_POSTGRES_DSN = "postgresql://ares:ares@127.0.0.1:5432/ares"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*$")
@@ -79,6 +82,10 @@ class Settings:
     # manager exits abruptly; the dashboard's Crash worker button). Off by default; the Helm
     # chart's production values refuse it.
     arena: bool = False
+    # ARES_DEDUPE_WINDOW: how many recently appended event ids each partition writer
+    # remembers to recognise a re-sent append (ares.events.writer); 0 remembers none, so
+    # tests can prove exactly-once from the transactions alone.
+    dedupe_window: int = DEFAULT_DEDUPE_WINDOW
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -108,6 +115,7 @@ class Settings:
             "api_reads": env.get("ARES_API_READS") or "open",
             "api_session_key": _secret(env, "ARES_API_SESSION_KEY"),
             "arena": _bool_setting(env, "ARES_ARENA"),
+            "dedupe_window": _int_setting(env, "ARES_DEDUPE_WINDOW", DEFAULT_DEDUPE_WINDOW),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -147,6 +155,8 @@ class Settings:
             raise ConfigError("ARES_STARTUP_TIMEOUT_S must be 0 (do not wait) or more")
         if self.retry_timeout_s < 0:
             raise ConfigError("ARES_RETRY_TIMEOUT_S must be 0 (do not wait) or more")
+        if self.dedupe_window < 0:
+            raise ConfigError("ARES_DEDUPE_WINDOW must be 0 (no event-id dedupe) or more")
         self._validate_kafka_security()
         from ares.commands.policy import IssuerPolicy
 

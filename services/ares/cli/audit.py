@@ -9,6 +9,9 @@ partition checkpoint or the projected stream index knows. The log is scanned in 
 most --max-replay events, so memory stays bounded on any log.
 With --file the log is read from a dump written by kcat (``ares.replay_reader.dump``,
 docs/clients.md), offline: neither broker nor database is needed.
+With --state, each recovery record's state hash (written with ``agent.resurrected``) is
+recomputed from the log (``ares.replay_reader.audit_state``): a mismatch fails like a broken
+chain; --agents names the agent registries the kinds need, as for the runtime manager.
 Exit codes: 0 every stream intact, 5 anything failed (each finding names the stream, the
 version and what is wrong), 1 a named stream has no trace anywhere, 2 usage (and a dump
 not in the documented framing), 4 broker unreachable.
@@ -16,12 +19,15 @@ not in the documented framing), 4 broker unreachable.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import BinaryIO
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ares.agents.errors import AgentRegistryError
+from ares.agents.registry import build_registry
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
 from ares.replay_reader.audit import AuditReport
@@ -31,6 +37,12 @@ from ares.replay_reader.audit_run import (
     audit_source,
     run_audit,
 )
+from ares.replay_reader.audit_state import (
+    Recompute,
+    StateReport,
+    audit_states,
+    run_state_audit,
+)
 from ares.replay_reader.dump import KCAT_FORMAT, DumpError, DumpSource, read_dump
 from ares.replay_reader.wiring import (
     ENV_SCHEMA,
@@ -38,6 +50,7 @@ from ares.replay_reader.wiring import (
     Topics,
     projection_store,
 )
+from ares.runtime_manager.replay import state_hash_at
 
 INTEGRITY_EXIT = 5
 
@@ -63,10 +76,15 @@ def audit() -> None:
 @click.option("--file", "dump", type=click.File("rb"), metavar="PATH",
               help="read the log from a kcat dump instead of the broker ('-': stdin), "
                    f"dumped with -f '{KCAT_FORMAT}'")
+@click.option("--state", "check_state", is_flag=True,
+              help="also recompute each recovery record's state hash from the log")
+@click.option("--agents", "agent_specs", multiple=True, metavar="MODULE:REGISTRY",
+              help="agent registries for --state (built-ins and entry points are loaded)")
 @click.pass_context
 def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, as_json: bool,
            max_replay: int, schema: str | None, no_index: bool,
-           progress: bool | None, dump: BinaryIO | None) -> None:
+           progress: bool | None, dump: BinaryIO | None, check_state: bool,
+           agent_specs: tuple[str, ...]) -> None:
     """Verify STREAM... (agent ids), or --all of them.
 
     \b
@@ -87,25 +105,43 @@ def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, a
     settings = settings_of(ctx)
     show_progress = err_console.is_terminal if progress is None else progress
     wanted = None if all_streams else list(streams)
+    recompute: Recompute | None = None
+    if check_state:
+        try:
+            registry = build_registry(agent_specs)
+        except AgentRegistryError as exc:
+            raise click.BadParameter(str(exc), param_hint="--agents") from None
+        # The runtime manager's own fold rebuilds each recorded state (ares.cli wires it:
+        # the replay reader does not import the runtime manager).
+        recompute = functools.partial(state_hash_at, registry=registry)
+    states: StateReport | None = None
     if dump is not None:
-        report, notes = run_async(_verify_dump(settings, dump, wanted, max_replay))
+        report, notes, states = run_async(_verify_dump(settings, dump, wanted, max_replay,
+                                                       recompute))
     else:
         report, notes = run_async(_verify(settings, wanted, max_replay, schema,
                                           not no_index, show_progress))
+        if recompute is not None:
+            states = run_async(run_state_audit(settings, Topics.of(settings).events, wanted,
+                                               recompute))
     for note in notes:
         err_console.print(f"note: {note}", highlight=False)
     if as_json:
-        click.echo(json.dumps(report.to_json()))
+        payload = report.to_json()
+        if states is not None:
+            payload["state"] = states.to_json()
+        click.echo(json.dumps(payload))
     else:
-        for line in report.lines():
+        for line in [*report.lines(), *(states.lines() if states is not None else ())]:
             click.echo(line)
-    if not report.ok:
+    if not report.ok or (states is not None and not states.ok):
         ctx.exit(INTEGRITY_EXIT)
     ctx.exit(1 if report.unknown else 0)
 
 
 async def _verify_dump(settings: Settings, dump: BinaryIO, streams: list[str] | None,
-                       max_replay: int) -> tuple[AuditReport, list[str]]:
+                       max_replay: int, recompute: Recompute | None = None,
+                       ) -> tuple[AuditReport, list[str], StateReport | None]:
     topics = Topics.of(settings)
     name = getattr(dump, "name", "the dump")
     try:
@@ -123,7 +159,10 @@ async def _verify_dump(settings: Settings, dump: BinaryIO, streams: list[str] | 
     if snapshots is None:
         scope.notes.append(f"{name} holds no {topics.snapshots}: truncation is judged "
                            "from the events alone")
-    return await audit_source(source, scope), scope.notes
+    report = await audit_source(source, scope)
+    states = (None if recompute is None
+              else await audit_states(source, topics.events, streams, recompute))
+    return report, scope.notes, states
 
 
 async def _verify(settings: Settings, streams: list[str] | None, max_replay: int,

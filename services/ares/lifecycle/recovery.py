@@ -315,6 +315,21 @@ class RecoveryRecord:
     state_hash: str | None
     snapshot_discarded: str | None = None  # why a snapshot found was not used
     reported_s: float | None = None  # the total an event reported, when phases are missing
+    # The checks the recovery ran (ares.lifecycle.verification: chain, versions,
+    # snapshot_anchor, head); None: an older writer did not say. ``verified`` is derived
+    # from them by ``checked``, never asserted by a caller.
+    checks: tuple[str, ...] | None = None
+
+    @staticmethod
+    def checked(checks: tuple[str, ...], failed: bool) -> bool:
+        """Verified: no check failed and the hash chain was among those that ran (a
+        recovery that checked nothing of the log has verified nothing)."""
+        return not failed and "chain" in checks
+
+    def resumed(self, resume_s: float) -> RecoveryRecord:
+        """The record with its resume phase, measured by the caller where the agent resumes
+        (just before ``agent.resurrected`` is appended)."""
+        return replace(self, resume_s=max(resume_s, 0.0))
 
     @property
     def recovery_s(self) -> float | None:
@@ -339,6 +354,7 @@ class RecoveryRecord:
             "verified": None if self.verified is None else str(self.verified).lower(),
             "version": self.resulting_version, "state_hash": self.state_hash,
             "snapshot_discarded": self.snapshot_discarded,
+            "checks": None if self.checks is None else ",".join(self.checks),
         }
         return {_META + k: str(v) for k, v in values.items() if v is not None}
 
@@ -360,6 +376,8 @@ class RecoveryRecord:
             state_hash=m.get(_META + "state_hash"),
             snapshot_discarded=m.get(_META + "snapshot_discarded"),
             reported_s=_seconds(total),
+            checks=None if (checks := m.get(_META + "checks")) is None
+            else tuple(c for c in checks.split(",") if c),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -369,6 +387,7 @@ class RecoveryRecord:
                 "events_replayed": self.events_replayed, "load_ms": _ms(self.load_s),
                 "replay_ms": _ms(self.replay_s), "resume_ms": _ms(self.resume_s),
                 "recovery_ms": _ms(self.recovery_s), "verified": self.verified,
+                "checks": None if self.checks is None else list(self.checks),
                 "resulting_version": self.resulting_version, "state_hash": self.state_hash}
 
 

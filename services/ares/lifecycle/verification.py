@@ -16,6 +16,11 @@ from ares.events.model import Event, StreamHead
 from ares.events.wire.codec import Codec
 from ares.lifecycle.recovery import FOREIGN_STREAM, SnapshotInfo, SnapshotRef, validate_snapshot
 
+# The checks a verifier can run (``StreamVerifier.checks`` names those that did run):
+CHAIN = "chain"  # content hashes and prev_hash links of the replayed events
+VERSIONS = "versions"  # versions contiguous from the start head
+SNAPSHOT_ANCHOR = "snapshot_anchor"  # the snapshot's version and hash against the log
+HEAD = "head"  # the replay reached the head the writer knows (not truncated)
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
 TRUNCATED = "truncated"
 HEAD_MISMATCH = "head_mismatch"
@@ -63,6 +68,22 @@ class StreamVerifier:
         self._anchored = self.snapshot is None
         self._check_hashes = check_hashes
         self._codec = codec
+        self._chain_ran = False  # verify_chain was called on at least one event
+        self._anchor_checked = False
+        self._head_checked = False
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The checks that actually ran (passed or not): a recovery record lists them and
+        is ``verified`` only if they all passed and the chain was among them."""
+        ran: list[str] = []
+        if self._chain_ran:
+            ran.extend((CHAIN, VERSIONS) if self._check_hashes else (VERSIONS,))
+        if self._anchor_checked:
+            ran.append(SNAPSHOT_ANCHOR)
+        if self._head_checked:
+            ran.append(HEAD)
+        return tuple(ran)
 
     @property
     def verified(self) -> bool:
@@ -80,11 +101,13 @@ class StreamVerifier:
             if event.version < self.snapshot.version:
                 return Feed.SKIP
             check = validate_snapshot(self.snapshot, event)
+            self._anchor_checked = True
             if not check.ok:
                 return self._fail(event.version, SNAPSHOT_MISMATCH, check.describe())
             self._anchored = True
             if event.version == self.snapshot.version:
                 return Feed.SKIP
+        self._chain_ran = True
         try:
             self.head = verify_chain([event], self.head, check_hashes=self._check_hashes,
                                      codec=self._codec)
@@ -106,6 +129,7 @@ class StreamVerifier:
         if not rest:
             return results
         if rest[0].stream_id == self.stream_id:
+            self._chain_ran = True
             try:
                 head = verify_chain(rest, self.head, check_hashes=self._check_hashes,
                                     codec=self._codec)
@@ -125,10 +149,12 @@ class StreamVerifier:
         if not self._anchored:
             assert self.snapshot is not None
             check = validate_snapshot(self.snapshot, None, expected)
+            self._anchor_checked = True
             if not check.ok:
                 self._fail(self.snapshot.version, SNAPSHOT_MISMATCH, check.describe())
                 return self.failure
             self._anchored = True
+        self._head_checked = self._head_checked or expected is not None
         if expected is not None and self.head != expected:
             if self.head.version < expected.version:
                 self._fail(self.head.version + 1, TRUNCATED,
@@ -146,5 +172,15 @@ class StreamVerifier:
         return Feed.FAILED
 
 
-__all__ = ["HEAD_MISMATCH", "SNAPSHOT_MISMATCH", "TRUNCATED", "Feed", "StreamVerifier",
-           "VerificationFailure"]
+__all__ = [
+    "CHAIN",
+    "HEAD",
+    "HEAD_MISMATCH",
+    "SNAPSHOT_ANCHOR",
+    "SNAPSHOT_MISMATCH",
+    "TRUNCATED",
+    "VERSIONS",
+    "Feed",
+    "StreamVerifier",
+    "VerificationFailure",
+]

@@ -27,6 +27,7 @@ from ares.commands.model import (
 from ares.errors import AresError, ConflictError, SchemaError
 from ares.events.kafka.dlq import DeadLetter
 from ares.events.kafka.partition_writer import TransactionScope
+from ares.runtime_manager import crash_points
 from ares.runtime_manager.admission import Expired, Forward, Gate, Refused
 from ares.runtime_manager.arena import Arena
 from ares.runtime_manager.partition_host import PartitionHost
@@ -98,6 +99,7 @@ class CommandHandler:
                                   "took the command")
         else:
             reply = await self._dispatch(tx, tp, record, command)
+            crash_points.reached("handled")
         metrics.COMMANDS.labels(command.type, str(reply.status)).inc()
         if command.reply_to is not None:
             await self._reply(tx, command, reply)
@@ -134,6 +136,7 @@ class CommandHandler:
         partition = int(command.reply_to or "0")
         await tx.send(self._topics.replies, reply.encode(), key=command.id.encode(),
                       partition=partition)
+        crash_points.reached("after_reply")  # produced into the open transaction
 
     async def _dead_letter(self, tx: TransactionScope, tp: TopicPartition, record: ConsumerRecord,
                            reason: str, detail: str) -> None:

@@ -30,7 +30,7 @@ from ares.commands.model import (
     ReplyStatus,
     with_command_metadata,
 )
-from ares.config import Settings
+from ares.config import DEFAULT_DEDUPE_WINDOW, Settings
 from ares.errors import AresError
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner
@@ -47,7 +47,13 @@ from ares.runtime_manager.guard import (
     ResurrectionGuard,
 )
 from ares.runtime_manager.heartbeats import AgentBeat
-from ares.runtime_manager.host_commands import HANDLERS, MODULE, reply
+from ares.runtime_manager.host_commands import (
+    HANDLERS,
+    MODULE,
+    ONCE_PER_STREAM,
+    effect_key,
+    reply,
+)
 from ares.runtime_manager.hosted import HostedAgent
 from ares.runtime_manager.replay import (
     AgentReplay,
@@ -78,6 +84,18 @@ class PartitionState:
     # New agents whose agent.started is staged and not yet committed (so not hosted yet):
     # a task assigned in the same transaction (a delegation's start and assignment) joins it.
     starting: set[str] = field(default_factory=set)
+    # Effects staged by commands in the open transaction (``once_in``): the lifecycle folds
+    # an event only once it commits, so two copies of a command in one batch (a redelivery
+    # after a crash and the client's retry) would otherwise both append.
+    _effects_tx: object | None = None
+    _effects: set[tuple[str, ...]] = field(default_factory=set)
+
+    def staged_effects(self, tx: object) -> set[tuple[str, ...]]:
+        """The effects staged in transaction ``tx`` (a new transaction starts empty: an
+        aborted one's effects are gone with it)."""
+        if self._effects_tx is not tx:
+            self._effects_tx, self._effects = tx, set()
+        return self._effects
 
     def started_in_this_transaction(self, stream_id: str) -> bool:
         """Whether ``stream_id``'s agent.started is staged in the open transaction (an
@@ -135,7 +153,8 @@ class AgentHost:
             """After the fence: the previous owner can no longer write a newer snapshot."""
             nonlocal loaded
             snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition)
-            table, start = _seed_from(snapshots.pop(CHECKPOINT_KEY, None), snapshots)
+            table, start = _seed_from(snapshots.pop(CHECKPOINT_KEY, None), snapshots,
+                                      self.settings.dedupe_window)
             loaded = time.monotonic() - started
             replays.update((sid, AgentReplay(sid, partition, snap, started=started,
                                              load_s=loaded, registry=self.registry))
@@ -233,7 +252,24 @@ class AgentHost:
         handler = HANDLERS.get(command.type)
         if handler is None:
             raise InvalidCommandError("unknown_command", f"no handler for {command.type!r}")
-        return await handler(self, _Stamped(tx, command), state, hosted, command)
+        effect = effect_key(command)
+        if effect is None:
+            return await handler(self, _Stamped(tx, command), state, hosted, command)
+        # Once per transaction here; across transactions the lifecycle folded from the log
+        # says it (a task id already assigned, a signal id already received...). Neither
+        # needs the event-id dedupe window.
+        staged = state.staged_effects(tx)
+        table = state.writer.table
+        if effect in staged:
+            return reply(command, ReplyStatus.OK, table.head(command.stream_id).version,
+                         "already applied (in this transaction)")
+        before = table.head(command.stream_id).version
+        answer = await handler(self, _Stamped(tx, command), state, hosted, command)
+        if table.head(command.stream_id).version != before:
+            if command.type in ONCE_PER_STREAM:  # a stop after a resume is another effect
+                staged -= {(t, command.stream_id) for t in ONCE_PER_STREAM}
+            staged.add(effect)
+        return answer
 
     async def close(self) -> None:
         await cancel_and_wait(*self._background, ignore_errors=True)
@@ -405,11 +441,12 @@ _Alert = tuple[str, str, str, dict[str, object]]
 
 
 def _seed_from(checkpoint: Snapshot | None,
-               snapshots: dict[str, Snapshot]) -> tuple[StreamTable, int | None]:
+               snapshots: dict[str, Snapshot],
+               dedupe_window: int = DEFAULT_DEDUPE_WINDOW) -> tuple[StreamTable, int | None]:
     """The stream heads a checkpoint knows, and where the recovery scan must start: the
     checkpoint's offset, lowered to every agent's snapshot journal start and to the first
     event of every agent without a snapshot (its whole stream must be replayed)."""
-    table = StreamTable()
+    table = StreamTable(dedupe_window)
     if checkpoint is None:
         return table, None  # no checkpoint: scan the partition from the log start
     start = checkpoint.events_offset

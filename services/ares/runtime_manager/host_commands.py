@@ -208,6 +208,22 @@ async def signal(host: AgentHost, tx: TransactionScope, state: PartitionState,
     return reply(command, ReplyStatus.OK, version)
 
 
+def effect_key(command: Command) -> tuple[str, ...] | None:
+    """What makes ``command``'s effect once-only (an agent started, a task id assigned, a
+    signal id received...); None for commands that may act again (kill, snapshot)."""
+    if command.type in ONCE_PER_STREAM:
+        return (command.type, command.stream_id)
+    if command.type == "task.assign":
+        return (command.type, command.stream_id, str(command.payload.get("task_id")))
+    if command.type == "agent.signal":
+        return (command.type, command.stream_id, str(command.payload.get("signal_id")))
+    return None
+
+
+# Commands whose effect a stream takes once until a later event changes its state.
+ONCE_PER_STREAM = frozenset({"agent.start", "agent.stop", "agent.quarantine", "agent.resume"})
+
+
 def reply(command: Command, status: ReplyStatus, version: int = 0,
           message: str = "") -> Reply:
     return Reply(command.id, status, command.stream_id, version, message=message)

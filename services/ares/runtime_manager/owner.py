@@ -30,6 +30,7 @@ from ares.events.kafka.errors import translate
 from ares.events.kafka.groups import describe_group, runtime_group
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner, new_consumer
+from ares.runtime_manager import crash_points
 from ares.runtime_manager.admission import Gate
 from ares.runtime_manager.arena import Arena
 from ares.runtime_manager.command_handler import CommandHandler, Topics
@@ -80,6 +81,8 @@ class PartitionOwner:
                                         self.issuers)
         # worker.crash (ares.runtime_manager.arena): refused unless --arena / ARES_ARENA=1.
         self.arena = arena or Arena(client_id or instance_id or "ares-runtime", settings.arena)
+        # ARES_CRASH_POINT (tests and chaos only): read once, here; never from a command.
+        crash_points.arm_from_env()
         self.commands = CommandHandler(
             Gate(settings.max_record_bytes, plan.partitions, plan.topic(REPLIES).partitions,
                  plan.name(REPLIES), self.issuers),
@@ -249,6 +252,7 @@ class PartitionOwner:
         try:
             self.writers[partition] = await self.host.open_partition(
                 partition, self._scanner, await self.live_workers())
+            crash_points.watch_commits(self.writers[partition].producer, partition)
             await self.schedules.take_over(partition, self.writers[partition], self._scanner)
         except Exception as exc:
             if (opened := self.writers.pop(partition, None)) is not None:  # schedules failed
@@ -372,12 +376,16 @@ class PartitionOwner:
             return
 
         async def work(tx: TransactionScope) -> None:
+            crash_points.carrying(tp.partition)
             for record in records:
+                crash_points.reached("consumed")
                 await self.commands.handle(tx, tp, record)
             await tx.commit_offsets({tp: records[-1].offset + 1}, self.group_id)
+            crash_points.reached("before_commit")
 
         try:
             await writer.submit(work)
+            crash_points.reached("after_commit")
             self._handled[tp.partition] = records[-1].offset + 1
             self.arena.committed(tp.partition)  # exits here if the batch held a worker.crash
         except FencedError as exc:
@@ -392,6 +400,7 @@ class PartitionOwner:
             await asyncio.sleep(0.2)
         finally:
             self.arena.forget(tp.partition)  # not committed: a crash is redone with its batch
+            crash_points.carrying(tp.partition, False)
 
 
 @contextlib.asynccontextmanager

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ares.agents.agent import Agent
+from ares.agents.errors import AgentConfigError, UnknownAgentKindError
 from ares.agents.registry import AgentRegistry
 from ares.events.kafka.snapshots import Snapshot
 from ares.events.model import Event, StreamHead
@@ -203,20 +204,52 @@ class AgentReplay:
         self.hosted.events_since_snapshot = self.replayed
         return True
 
-    def record(self, replay_done: float, resume_s: float, verified: bool,
-               discarded: str | None = None) -> RecoveryRecord:
+    def record(self, replay_done: float, discarded: str | None = None) -> RecoveryRecord:
+        """The recovery record as of the replay (call after ``finish``): ``verified`` from
+        the checks the verifier ran; ``resume_s`` unknown until ``RecoveryRecord.resumed``
+        where the agent resumes."""
         self.settle()
         hosted = self.hosted
         try:
             digest: str | None = state_hash(snapshot_state(hosted))
         except ValueError:
             digest = None
+        checks = self.verifier.checks
         return RecoveryRecord(
             stream_id=self.stream_id,
             snapshot_version=None if self.snapshot is None else self.snapshot.version,
             snapshot_offset=None if self.snapshot is None else self.snapshot.events_offset,
             events_replayed=self.replayed, load_s=self.load_s,
-            replay_s=max(replay_done - self.started - self.load_s, 0.0), resume_s=resume_s,
-            verified=verified, resulting_version=hosted.lifecycle.version,
-            state_hash=digest, snapshot_discarded=discarded,
+            replay_s=max(replay_done - self.started - self.load_s, 0.0), resume_s=None,
+            verified=RecoveryRecord.checked(checks, self.verifier.failure is not None),
+            resulting_version=hosted.lifecycle.version,
+            state_hash=digest, snapshot_discarded=discarded, checks=checks,
         )
+
+
+def state_hash_at(stream_id: str, events: Sequence[tuple[int, Event]], version: int,
+                  registry: AgentRegistry) -> tuple[str | None, str]:
+    """The state hash a recovery record of ``stream_id`` at ``version`` must hold, rebuilt
+    from the stream's events 1..``version`` (with their log offsets) by the fold recovery
+    uses, without any snapshot (``ares audit verify --state``); (None, why) when the log
+    cannot give it."""
+    upto = [(o, e) for o, e in events if e.version <= version]
+    if not upto or upto[0][1].version != 1:
+        return None, "the stream's first versions are not in the log (trimmed)"
+    replay = AgentReplay(stream_id, 0, None)  # the partition plays no part in the state
+    for offset, event in upto:
+        replay.feed(offset, event)
+    failure = replay.finish(None)
+    if failure is not None:
+        return None, f"versions 1..{version} do not verify: {failure.kind}: {failure.detail}"
+    if replay.hosted.lifecycle.version != version:
+        return None, (f"the log holds versions up to {replay.hosted.lifecycle.version}, "
+                      f"the record says {version}")
+    try:
+        replay.build_agent(registry)
+    except (UnknownAgentKindError, AgentConfigError) as exc:
+        return None, f"agent kind not rebuildable here (give --agents): {exc}"
+    try:
+        return state_hash(snapshot_state(replay.hosted)), ""
+    except ValueError as exc:
+        return None, f"state not hashable: {exc}"

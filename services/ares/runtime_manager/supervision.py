@@ -153,7 +153,8 @@ async def resurrect(host: AgentHost, state: PartitionState, hosted: HostedAgent,
         return None
     finally:
         buffered, hosted.buffer = hosted.buffer, None
-    record = replay.record(time.monotonic(), 0.0, verified=True)
+    record = replay.record(time.monotonic())
+    resume_started = time.monotonic()
     fresh = replay.hosted
     for event, offset in buffered or ():  # committed while the replay ran
         if event.version > fresh.lifecycle.version:
@@ -161,13 +162,14 @@ async def resurrect(host: AgentHost, state: PartitionState, hosted: HostedAgent,
     install(host, state, hosted, fresh)
     if host.guard.recheck(fresh.lifecycle, host.stopping) is not None:
         return None  # stopped while it was being rebuilt
-    resumed_at = time.monotonic()
+    # Resume: from the rebuilt agent to its resurrection appended (this event can only
+    # carry what happened before it is sealed).
+    record = record.resumed(time.monotonic() - resume_started)
     await host.append_events(state, fresh, [NewEvent(
         lc.AGENT_RESURRECTED, MODULE,
         record.to_payload(incarnation=parent + 1, parent_incarnation=parent,
                           worker=host.worker_id),
-        metadata={**record.to_metadata(), "ares.recovery.resume_ms":
-                  str(round((time.monotonic() - resumed_at) * 1000))})])
+        metadata=record.to_metadata())])
     fresh.lifecycle = lc.clear_resurrecting(fresh.lifecycle)
     recovered(host, record, cause)
     return fresh
@@ -240,7 +242,7 @@ async def adopt(host: AgentHost, state: PartitionState, replay: AgentReplay, tab
     if not life.is_live or host.stopping:
         return
     resume_started = time.monotonic()
-    record = replay.record(replay_done, 0.0, verified=True, discarded=discarded)
+    record = replay.record(replay_done, discarded=discarded)
     try:
         await resume_after_recovery(host, state, hosted, record, resume_started)
     except (FencedError, asyncio.CancelledError):
@@ -291,9 +293,8 @@ async def resume_after_recovery(host: AgentHost, state: PartitionState, hosted: 
                                resurrecting_payload(life, decision, cause),
                                metadata=decision.metadata()))
     parent = life.incarnation
-    metadata = {**record.to_metadata(), "ares.recovery.cause": cause,
-                "ares.recovery.resume_ms":
-                str(round((time.monotonic() - resume_started) * 1000))}
+    record = record.resumed(time.monotonic() - resume_started)  # measured here, not patched
+    metadata = {**record.to_metadata(), "ares.recovery.cause": cause}
     await host.append_events(state, hosted, [*before, NewEvent(
         lc.AGENT_RESURRECTED, MODULE,
         record.to_payload(incarnation=parent + 1, parent_incarnation=parent,

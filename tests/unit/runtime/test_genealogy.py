@@ -122,7 +122,7 @@ def test_json_rendering() -> None:
     assert second["recovery"] == {
         "snapshot_version": 3, "snapshot_offset": 41, "snapshot_discarded": None,
         "events_replayed": 3, "load_ms": 4.0, "replay_ms": 10.0, "resume_ms": 1.0,
-        "recovery_ms": 15.0, "verified": True, "resulting_version": 6,
+        "recovery_ms": 15.0, "verified": True, "checks": None, "resulting_version": 6,
         "state_hash": "a" * 64,
     }
     assert second["quarantined"] == "budget_exhausted"

@@ -226,7 +226,8 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     tp = TopicPartition(topic, partition)
     try:
         await _settle_hanging_transaction(scanner, producer, tp, before)
-        start_offset, table = (None, StreamTable()) if plan_scan is None else await plan_scan()
+        start_offset, table = ((None, StreamTable(settings.dedupe_window)) if plan_scan is None
+                                else await plan_scan())
         observe = table.observe
         async for batch in scanner.scan_batches(tp, start_offset):
             for offset, event in batch:
