@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import asyncpg
-from bench import append, dashboard_live, delegation, read, waits
+from bench import append, budgets, dashboard_live, delegation, read, tokens, waits
 
 from ares.config import Settings
 from tests.support.kafka import admin_client
@@ -206,3 +206,25 @@ async def test_dashboard_live_bench_times_each_event_to_the_sse_client_and_a_raw
     finally:
         await conn.close()
     assert left == 0
+
+
+async def test_tokens_bench_publishes_every_delta_and_usage_record_next_to_a_raw_producer(
+        settings: Settings) -> None:
+    report = await tokens.run(settings, agents=4, deltas=25, calls=40, partitions=PARTITIONS)
+
+    assert_section(report, "tokens: stream deltas published to ares.tokens")
+    # start + deltas + end per stream, on both sides
+    assert report["ours"]["events"] == report["ceiling"]["events"] == 4 * 27
+    usage = report["parts"]["usage"]
+    assert_section(usage, usage["name"])
+    assert usage["ours"]["events"] == usage["ceiling"]["events"] == 40
+    assert await bench_topics_left(settings) == []
+
+
+async def test_budgets_bench_folds_every_usage_record_next_to_a_raw_consumer(
+        settings: Settings) -> None:
+    report = await budgets.run(settings, records=300, tenants=7, partitions=PARTITIONS)
+
+    assert_section(report, "budget keeper: usage records folded (a restart's re-read)")
+    assert report["ours"]["events"] == report["ceiling"]["events"] == 300
+    assert await bench_topics_left(settings) == []

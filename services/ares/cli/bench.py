@@ -19,7 +19,7 @@ from ares.gc_policy import apply_gc_policy
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
 BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "waits", "delegation",
-              "dashboard_live", "java_clients")
+              "dashboard_live", "java_clients", "tokens", "budgets")
 err = Console(stderr=True)
 
 
