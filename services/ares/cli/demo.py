@@ -25,6 +25,7 @@ from ares.demo.runner import DashboardAccess, DemoOptions, DemoRun, run_demo, st
 from ares.demo.view import render
 from ares.devenv import DevEnvironment
 from ares.devenv import kafka as dev_kafka
+from ares.errors import ConfigError
 from ares.logs import quiet_aiokafka
 
 err = Console(stderr=True)
@@ -48,13 +49,19 @@ err = Console(stderr=True)
                    "dashboard open (its URL and a generated operator token are printed, "
                    "once; log in with the token to Kill, Stop or Crash worker) until Ctrl+C, "
                    "which stops them all.")
+@click.option("--llm", "chat_llm", type=click.Choice(["offline", "service"]), default="offline",
+              show_default=True,
+              help="Who answers the chat agents: the deterministic offline model, or the "
+                   "provider the environment configures (ARES_LLM_PROVIDER=openai|anthropic "
+                   "and its key: a real model, docs/sdk.md). Pipelines and teams stay "
+                   "offline either way.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".ares/demo"), show_default=True,
               help="Where service logs and the agents' ledgers go.")
 @click.pass_context
 def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
-         kill_at: float, keep_running: bool, ui: bool, as_json: bool,
+         kill_at: float, keep_running: bool, ui: bool, chat_llm: str, as_json: bool,
          workdir: Path) -> None:
     """Start a fleet of agents, SIGKILL a worker mid-task, watch every agent come back.
 
@@ -69,10 +76,12 @@ def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
     Ctrl+C. The URL and a generated operator token are printed once, after the report (on
     stderr with --json).
     """
+    if chat_llm == "service":
+        _check_provider()
     settings = _ensure_broker(settings_of(ctx))
     options = DemoOptions(agents=agents, chats=chats, steps=steps, step_ms=step_ms,
                           kill_at=kill_at, keep_running=keep_running or ui, ui=ui,
-                          workdir=workdir)
+                          chat_llm=chat_llm, workdir=workdir)
     live_view = sys.stdout.isatty() and not as_json
     run = _run(settings, options, live_view)
     assert run.report is not None
@@ -83,6 +92,18 @@ def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
     if run.ui is not None:
         _stay_in_the_arena(run, run.ui, as_json)
     ctx.exit(0 if not run.report.broken_promises else 1)
+
+
+def _check_provider() -> None:
+    """--llm service: the provider the workers will build, built here first, so that a
+    missing SDK or key is one clear line before anything starts."""
+    from ares.llm import provider_from_env
+
+    try:
+        provider = provider_from_env()
+    except (ConfigError, ValueError) as e:
+        raise click.UsageError(f"--llm service: {e}") from None
+    err.print(f"chat agents answered by {provider!r}")
 
 
 def _stay_in_the_arena(run: DemoRun, access: DashboardAccess, as_json: bool) -> None:

@@ -78,6 +78,9 @@ class DemoOptions:
     timeout_s: float = 300.0
     keep_running: bool = False
     ui: bool = False  # the dashboard with the arena, kept running after the report
+    # "service": the chat agents talk to the runtime's configured provider (a real model);
+    # the pipelines and the teams stay offline, so the ledgers they are checked against hold
+    chat_llm: str = "offline"
     workdir: Path = field(default_factory=lambda: Path.cwd() / ".ares" / "demo")
 
 
@@ -201,7 +204,8 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
             phase(f"starting {len(pipelines)} pipeline and {len(chats)} chat agents and "
                   f"a team")
             await asyncio.gather(*(client.start_agent(a, "example.pipeline") for a in pipelines),
-                                 *(client.start_agent(a, "example.chat") for a in chats),
+                                 *(client.start_agent(a, "example.chat", {"llm": options.chat_llm})
+                                   for a in chats),
                                  client.start_agent(TEAM_LEADER, "example.team"))
             task = {"steps": options.steps, "step_ms": options.step_ms, "email": True}
             await asyncio.gather(*(client.assign_task(a, "analysis-1", task) for a in pipelines),

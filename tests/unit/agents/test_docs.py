@@ -66,3 +66,19 @@ async def test_the_team_leader_is_under_40_lines_and_runs_its_children(
     dispatched = [e for e in await leader.events() if e.type == ev.DELEGATION_DISPATCHED]
     assert 1 <= len(dispatched) <= 8
     assert len({e.payload["child_id"] for e in dispatched}) == len(dispatched)
+
+
+def test_the_chat_and_tools_example_runs_each_model_chosen_tool_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The "Chat and tools" ReAct example: the offline model calls both tools, the
+    at-most-once one runs once, and the final answer is the task's output."""
+    text = DOC.read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", text[text.index("## Chat and tools"):], re.S)[0]
+    assert len(code.strip().splitlines()) <= 35
+    (tmp_path / "concierge.py").write_text(code, encoding="utf-8")
+    runpy.run_path(str(tmp_path / "concierge.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.count("table booked in ") == 1
+    status, answer = out.strip().splitlines()[-1].split(" ", 1)
+    assert status == "completed"
+    assert answer.strip()
