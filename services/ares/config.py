@@ -86,6 +86,13 @@ class Settings:
     # remembers to recognise a re-sent append (ares.events.writer); 0 remembers none, so
     # tests can prove exactly-once from the transactions alone.
     dedupe_window: int = DEFAULT_DEDUPE_WINDOW
+    # ARES_HTTP_TLS_CERT_FILE / ARES_HTTP_TLS_KEY_FILE (PEM, both or neither): the replay
+    # reader's API and dashboard over HTTPS.
+    http_tls_cert_file: str | None = None
+    http_tls_key_file: str | None = None
+    # ARES_METRICS_PORT: the replay reader's /healthz, /readyz and /metrics on a listener of
+    # their own (plain HTTP, for the kubelet and the scraper), off the API's port.
+    metrics_port: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -116,6 +123,9 @@ class Settings:
             "api_session_key": _secret(env, "ARES_API_SESSION_KEY"),
             "arena": _bool_setting(env, "ARES_ARENA"),
             "dedupe_window": _int_setting(env, "ARES_DEDUPE_WINDOW", DEFAULT_DEDUPE_WINDOW),
+            "http_tls_cert_file": env.get("ARES_HTTP_TLS_CERT_FILE") or None,
+            "http_tls_key_file": env.get("ARES_HTTP_TLS_KEY_FILE") or None,
+            "metrics_port": _optional_int_setting(env, "ARES_METRICS_PORT"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -168,6 +178,7 @@ class Settings:
         if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ConfigError(f"ARES_HTTP_PORT must be a port number 0-65535 "
                               f"(got {self.http_port})")
+        self._validate_http_listeners()
         if self.api_token is not None and not _TOKEN_RE.fullmatch(self.api_token):
             # Not echoed: it is a secret, even when malformed.
             raise ConfigError(f"ARES_API_TOKEN must be {MIN_API_TOKEN}-{MAX_API_TOKEN} "
@@ -184,6 +195,26 @@ class Settings:
             raise ConfigError(f"ARES_API_SESSION_KEY must be {MIN_API_TOKEN}-{MAX_API_TOKEN} "
                               "visible ASCII characters (no spaces), e.g. the output of "
                               "`openssl rand -hex 32`")
+
+    def _validate_http_listeners(self) -> None:
+        if self.metrics_port is not None:
+            if not 1 <= self.metrics_port <= 65535:
+                raise ConfigError(f"ARES_METRICS_PORT must be a port number 1-65535 "
+                                  f"(got {self.metrics_port})")
+            if self.metrics_port == self.http_port:
+                raise ConfigError(f"ARES_METRICS_PORT and ARES_HTTP_PORT are both "
+                                  f"{self.metrics_port}: the metrics listener needs a port of "
+                                  "its own (unset ARES_METRICS_PORT to serve both on one)")
+        tls = {"ARES_HTTP_TLS_CERT_FILE": self.http_tls_cert_file,
+               "ARES_HTTP_TLS_KEY_FILE": self.http_tls_key_file}
+        given = [name for name, path in tls.items() if path]
+        if len(given) == 1:
+            missing = next(name for name in tls if name not in given)
+            raise ConfigError(f"{given[0]} is set but {missing} is not: HTTPS needs both the "
+                              "certificate and its private key")
+        for name in given:
+            if not os.path.isfile(str(tls[name])):
+                raise ConfigError(f"{name}: no such file: {tls[name]}")
 
     def api_credentials(self) -> tuple[tuple[str, str], ...]:
         """The API's tokens as (role, token) pairs: ARES_API_TOKENS's, then ARES_API_TOKEN

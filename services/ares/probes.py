@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
@@ -120,13 +121,30 @@ def _status(ok: bool, status: str) -> web.Response:
                         content_type="application/json")
 
 
-async def serve_app(runner: web.AppRunner, host: str, port: int) -> int:
-    """Set up ``runner`` and listen on ``host:port``; the bound port (the real one for 0).
+def tls_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
+    """A server TLS context for a PEM certificate (chain) and its key; ``None`` without
+    them. An unreadable or mismatched pair is ``ConfigError`` naming the files."""
+    if not cert_file or not key_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"ARES_HTTP_TLS_CERT_FILE / ARES_HTTP_TLS_KEY_FILE ({cert_file}, "
+                          f"{key_file}) cannot be loaded: {exc}") from None
+    return context
+
+
+async def serve_app(runner: web.AppRunner, host: str, port: int, *,
+                    ssl_context: ssl.SSLContext | None = None) -> int:
+    """Set up ``runner`` and listen on ``host:port`` (HTTPS with ``ssl_context``); the bound
+    port (the real one for 0).
 
     A port that is taken is a setting to change, not a crash: ``ConfigError`` (exit 2)
     naming the port and ``ARES_HTTP_PORT``."""
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

@@ -4,6 +4,7 @@ names the setting (and never shows a secret)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,21 @@ def test_settings_are_immutable() -> None:
     settings = Settings.from_env({})
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.topic_prefix = "x"  # type: ignore[misc]
+
+
+def test_https_needs_both_files_and_they_must_exist(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match="ARES_HTTP_TLS_KEY_FILE is not"):
+        Settings.from_env({"ARES_HTTP_TLS_CERT_FILE": str(cert)})
+    with pytest.raises(ConfigError, match="ARES_HTTP_TLS_KEY_FILE: no such file"):
+        Settings.from_env({"ARES_HTTP_TLS_CERT_FILE": str(cert),
+                           "ARES_HTTP_TLS_KEY_FILE": str(tmp_path / "missing.pem")})
+
+
+def test_the_metrics_port_needs_a_port_of_its_own() -> None:
+    assert Settings.from_env({"ARES_METRICS_PORT": "9100"}).metrics_port == 9100
+    with pytest.raises(ConfigError, match="port of its own"):
+        Settings.from_env({"ARES_METRICS_PORT": "9100", "ARES_HTTP_PORT": "9100"})
+    with pytest.raises(ConfigError, match="ARES_METRICS_PORT must be a port number"):
+        Settings.from_env({"ARES_METRICS_PORT": "0"})

@@ -150,9 +150,14 @@ def replay_reader(ctx: click.Context, http_port: int, schema: str | None, no_pro
     """
     logs.configure(log_level)
     settings = settings_of(ctx).with_overrides(arena=arena or None)
+    if settings.metrics_port == http_port:
+        raise click.UsageError(f"ARES_METRICS_PORT and --http-port are both {http_port}: the "
+                               "metrics listener needs a port of its own")
     service = ReplayReaderService(settings, http_port=http_port, schema=schema,
                                   project=not no_projector, agents=agent_specs)
-    _serve(ctx, service, settings, probes=False)  # its API serves /healthz and /readyz
+    # Its API serves /healthz, /readyz and /metrics, unless ARES_METRICS_PORT moves them.
+    _serve(ctx, service, settings, probes=settings.metrics_port is not None,
+           probe_port=settings.metrics_port)
 
 
 @run.command("budget-keeper")
@@ -186,11 +191,12 @@ def budget_keeper(ctx: click.Context, publish_interval: float, log_level: str) -
 
 
 def _serve(ctx: click.Context, service: Service, settings: Settings, *,
-           probes: bool = True) -> None:
+           probes: bool = True, probe_port: int | None = None) -> None:
     """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code."""
     young, _, _ = apply_gc_policy(settings.gc_threshold)
     log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD)", young)
     wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
     port = DEFAULT_PORTS[service.name] if settings.http_port is None else settings.http_port
+    port = port if probe_port is None else probe_port
     ctx.exit(run_async(serve(service, http_port=(port or None) if probes else None,
                              wait_for=wait)))

@@ -332,7 +332,8 @@ class ReplayApi:
         self._closed = False
         self._tokens_topic: str | None = None
 
-    def app(self) -> web.Application:
+    def app(self, *, probes: bool = True) -> web.Application:
+        """The API, the dashboard and (``probes``) /healthz, /readyz and /metrics."""
         app = web.Application(middlewares=[self._problems])
         get = app.router.add_get
         get("/openapi.json", self.openapi)
@@ -346,9 +347,10 @@ class ReplayApi:
         get("/audit/{stream_id}", self.audit)
         get("/alerts", self.list_alerts)
         get("/events/stream", self.live)
-        get("/healthz", self.healthz)
-        get("/readyz", self.readyz)
-        get("/metrics", self.metrics)
+        if probes:
+            get("/healthz", self.healthz)
+            get("/readyz", self.readyz)
+            get("/metrics", self.metrics)
         ui.setup(app, self)  # the dashboard, /ui/ (docs/dashboard.md)
         post = app.router.add_post
         post("/agents/{agent_id}/start", self.start_agent)

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ares.agents.registry import build_registry
 from ares.config import Settings
-from ares.probes import serve_app
+from ares.probes import serve_app, tls_context
 from ares.replay_reader.http_api import ReplayApi
 from ares.replay_reader.kafka_source import KafkaStreamReader
 from ares.replay_reader.live import LiveFeed
@@ -79,12 +79,17 @@ class ReplayReaderService(Service):
                              self.registry, snapshots_topic=topics.snapshots,
                              ready=lambda: self._runner is not None,
                              summaries=self._summaries)
-        runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False,
-                               shutdown_timeout=5.0)
-        self.port = await serve_app(runner, self.host, self.http_port)
+        # With ARES_METRICS_PORT the probes and /metrics have a listener of their own
+        # (`ares run replay-reader` starts it), and the API's port does not serve them.
+        probes_here = self.settings.metrics_port is None
+        runner = web.AppRunner(self.api.app(probes=probes_here), access_log=None,
+                               handle_signals=False, shutdown_timeout=5.0)
+        tls = tls_context(self.settings.http_tls_cert_file, self.settings.http_tls_key_file)
+        self.port = await serve_app(runner, self.host, self.http_port, ssl_context=tls)
         self._runner = runner
-        log.info("replay reader: API, /openapi.json and probes on %s:%d; projections in "
-                 "schema %r%s", self.host, self.port, self._store.schema,
+        log.info("replay reader: API and /openapi.json%s on %s://%s:%d; projections in "
+                 "schema %r%s", " and probes" if probes_here else "",
+                 "https" if tls else "http", self.host, self.port, self._store.schema,
                  "" if self.project else " (not projecting)")
 
     def background(self) -> dict[str, Coroutine[Any, Any, None]]:
