@@ -80,7 +80,7 @@ def test_append_prints_the_new_version_and_conflicts_exit_3(env: dict[str, str],
     assert lines[0]["payload"] == {"text": "hello"}
     assert lines[0]["module"] == "cli"
     assert set(lines[0]) == {"id", "stream_id", "type", "module", "version", "timestamp",
-                             "payload", "metadata", "prev_hash", "hash"}
+                             "payload", "metadata", "prev_hash", "hash", "signature", "key_id"}
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -39,7 +39,7 @@ from ares.topics import COMMANDS, DLQ, EVENTS, apply_topics, delete_topics, load
 PARTITIONS = 2
 ARES = Path(sys.executable).parent / "ares"
 ENVELOPE = ["id", "stream_id", "type", "module", "version", "timestamp", "payload", "metadata",
-            "prev_hash", "hash"]
+            "prev_hash", "hash", "signature", "key_id"]
 JUNK = b"\x00not avro at all\xff"
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ares.events.chain import seal_encoded, verify_chain
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.wire.canonical import canonical_json
-from ares.events.wire.codec import CodecError, decode_event, default_codec
+from ares.events.wire.codec import CANONICAL_END, CodecError, decode_event, default_codec
 from ares.events.wire.envelope import EnvelopeWriter, long_bytes
 from ares.events.wire.schemas import EVENT, JSON_PAYLOAD
 from tests.unit.test_codec import SAMPLE_PAYLOADS, T0
@@ -57,7 +57,7 @@ def test_bodies_equal_fastavro(id_: str, stream_id: str, event_type: str, module
     ours = codec.unhashed_body(prepared=prepared, **fields)
     reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
                                  prepared=prepared)
-    assert ours + b"\x00" == reference
+    assert ours + CANONICAL_END == reference
 
 
 @pytest.mark.parametrize("event_type", sorted(SAMPLE_PAYLOADS))
@@ -73,7 +73,7 @@ def test_typed_payload_bodies_equal_fastavro(event_type: str, metadata: dict[str
     ours = codec.unhashed_body(prepared=prepared, **fields)
     reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
                                  prepared=prepared)
-    assert ours + b"\x00" == reference
+    assert ours + CANONICAL_END == reference
 
 
 def test_an_invalid_typed_payload_is_a_codec_error() -> None:
@@ -164,7 +164,7 @@ def test_remembered_names_encode_as_before_and_failures_are_not_remembered() -> 
         ours = codec.unhashed_body(prepared=prepared, **fields)
         reference = codec.event_body(Event(payload=prepared.value, hash="", **fields),
                                      prepared=prepared)
-        assert ours + b"\x00" == reference
+        assert ours + CANONICAL_END == reference
         return ours
 
     first = body("agent-é")

@@ -1,6 +1,7 @@
 """Our records are plain Avro: the reference implementation (the `avro` package) reads them
 with nothing but the .avsc files, finds their schema by fingerprint, and reproduces the
-hash chain.
+hash chain (the record with hash "", signature and key_id null) and, with nothing but the
+public key, checks a signed event's Ed25519 signature of its hash.
 
 The fingerprint is recomputed here from the .avsc text with an independent Parsing
 Canonical Form and CRC-64-AVRO (both straight from the Avro specification). Note: the
@@ -20,8 +21,11 @@ from typing import Any
 import avro.io
 import avro.schema
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ares.events.model import Event
+from ares.events.chain import seal_encoded
+from ares.events.model import Event, NewEvent, StreamHead
+from ares.events.signing import Signer
 from ares.events.wire.codec import HEADER_SIZE, MAGIC, Codec, encode, encode_event
 from ares.events.wire.schemas import EVENT, EVENT_PAYLOADS, JSON_PAYLOAD, registry, repo_schema_dir
 from tests.unit.test_chain import build_stream
@@ -162,6 +166,7 @@ def reference_hash(event: Event) -> str:
                {"json": json.dumps(event.payload, sort_keys=True, separators=(",", ":"),
                                    ensure_ascii=False)})
     values = {**event.to_json(), "timestamp": event.timestamp, "hash": "",
+              "signature": None, "key_id": None,  # what the hash does not cover: it signs it
               "metadata": dict(sorted(event.metadata.items()))}
     buf = io.BytesIO()
     encoder, writer = avro.io.BinaryEncoder(buf), avro.io.DatumWriter()
@@ -180,3 +185,20 @@ def reference_hash(event: Event) -> str:
 def test_the_reference_implementation_reproduces_the_hash_chain() -> None:
     events = build_stream(21)
     assert [reference_hash(e) for e in events] == [e.hash for e in events]
+
+
+def test_a_signed_event_is_plain_avro_and_its_signature_checks_with_the_public_key() -> None:
+    signer = Signer.generate()
+    head, events = StreamHead(), []
+    for new in (NewEvent("task.assigned", "tests", {"task_id": "t1"}, timestamp=T0),
+                NewEvent("user.note", "tests", {"text": "é"}, {"k": "v"}, timestamp=T0)):
+        event = seal_encoded("agent-s", head, new, head.version + 1, signer=signer)[0]
+        head = StreamHead(event.version, event.hash)
+        events.append(event)
+    public = Ed25519PublicKey.from_public_bytes(signer.public_key.public_bytes_raw())
+    for event in events:
+        decoded = reference_read(encode_event(event), EVENT)
+        assert decoded["signature"] == event.signature
+        assert decoded["key_id"] == signer.key_id
+        assert reference_hash(event) == decoded["hash"] == event.hash
+        public.verify(decoded["signature"], bytes.fromhex(decoded["hash"]))  # raises if wrong

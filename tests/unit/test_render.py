@@ -29,7 +29,7 @@ from ares.events.wire.schemas import (
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)
 ENVELOPE = {"id", "stream_id", "type", "module", "version", "timestamp", "payload", "metadata",
-            "prev_hash", "hash"}
+            "prev_hash", "hash", "signature", "key_id"}
 DUMP_KEYS = {"topic", "partition", "offset", "timestamp", "key", "key_base64", "headers",
              "size", "record", "value", "error", "value_base64", "dead_letter"}
 
@@ -142,7 +142,7 @@ def test_event_json_is_exactly_the_envelope() -> None:
     obj = json.loads(line)
     assert set(obj) == ENVELOPE
     assert list(obj) == ["id", "stream_id", "type", "module", "version", "timestamp",
-                         "payload", "metadata", "prev_hash", "hash"]
+                         "payload", "metadata", "prev_hash", "hash", "signature", "key_id"]
     assert obj["version"] == 1
     assert obj["hash"] == ev.hash
     assert datetime.fromisoformat(obj["timestamp"]) == T0

@@ -232,7 +232,8 @@ def read_events(env: MeshEnv, codec: Codec, until_type: str,
 def verify_chain(codec: Codec, events: list[Stored]) -> None:
     """The documented rule: versions 1, 2, 3, ...; each prev_hash is the previous hash
     (64 zeros before version 1); each hash is the SHA-256 (lowercase hex) of the Avro body
-    of the same Event with hash = "" and its metadata sorted by key, re-encoded with the
+    of the same Event with hash = "" (signature and key_id null, where the writer schema has
+    them) and its metadata sorted by key, re-encoded with the
     schema it was written with, by the caller's Avro library, from the decoded record."""
     prev_hash = GENESIS_HASH
     for expected_version, stored in enumerate(events, start=1):
@@ -244,6 +245,9 @@ def verify_chain(codec: Codec, events: list[Stored]) -> None:
             raise Failure(f"chain: version {version}: prev_hash {event['prev_hash']} is not "
                           f"the previous hash {prev_hash}")
         unsealed = {**event, "hash": "", "metadata": dict(sorted(event["metadata"].items()))}
+        for name in ("signature", "key_id"):  # after hash, not covered by it (it signs it)
+            if name in event:
+                unsealed[name] = None
         digest = hashlib.sha256(codec.encode(stored.fingerprint, unsealed)).hexdigest()
         if digest != event["hash"]:
             raise Failure(f"chain: version {version}: hash {event['hash']} but the body "

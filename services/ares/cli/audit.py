@@ -9,6 +9,10 @@ partition checkpoint or the projected stream index knows. The log is scanned in 
 most --max-replay events, so memory stays bounded on any log.
 With --file the log is read from a dump written by kcat (``ares.replay_reader.dump``,
 docs/clients.md), offline: neither broker nor database is needed.
+With a keyring configured (ARES_KEYRING_FILE), every event's signature is checked too: an
+unsigned event dated from the keyring's `since` on, an unknown key or a signature that does
+not verify is a `signature` finding (a well-chained forgery written by a plain producer);
+unsigned events before `since` are counted as unsigned (legacy).
 With --state, each recovery record's state hash (written with ``agent.resurrected``) is
 recomputed from the log (``ares.replay_reader.audit_state``): a mismatch fails like a broken
 chain; --agents names the agent registries the kinds need, as for the runtime manager.
@@ -30,6 +34,7 @@ from ares.agents.errors import AgentRegistryError
 from ares.agents.registry import build_registry
 from ares.cli.common import err_console, run_async, settings_of
 from ares.config import Settings
+from ares.events.signing import default_policy
 from ares.replay_reader.audit import AuditReport
 from ares.replay_reader.audit_run import (
     DEFAULT_MAX_REPLAY,
@@ -89,7 +94,8 @@ def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, a
 
     \b
     Checks the hash chain, contiguous versions, duplicates, undecodable and misrouted
-    records, and truncation against snapshots, partition checkpoints and the stream index.
+    records, and truncation against snapshots, partition checkpoints and the stream index;
+    with ARES_KEYRING_FILE set, every event's signature (ares keys).
     The log is scanned in full, --max-replay events at a time.
 
     \b
@@ -103,6 +109,7 @@ def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, a
     if bool(streams) == all_streams:
         raise click.UsageError("name the streams to verify, or --all (not both)")
     settings = settings_of(ctx)
+    signatures = default_policy()  # a bad ARES_KEYRING_FILE fails here (exit 2), not midway
     show_progress = err_console.is_terminal if progress is None else progress
     wanted = None if all_streams else list(streams)
     recompute: Recompute | None = None
@@ -128,11 +135,13 @@ def verify(ctx: click.Context, *, streams: tuple[str, ...], all_streams: bool, a
         err_console.print(f"note: {note}", highlight=False)
     if as_json:
         payload = report.to_json()
+        payload["signatures"] = signatures.summary()
         if states is not None:
             payload["state"] = states.to_json()
         click.echo(json.dumps(payload))
     else:
-        for line in [*report.lines(), *(states.lines() if states is not None else ())]:
+        for line in [*report.lines(), signatures.line(),
+                     *(states.lines() if states is not None else ())]:
             click.echo(line)
     if not report.ok or (states is not None and not states.ok):
         ctx.exit(INTEGRITY_EXIT)

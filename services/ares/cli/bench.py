@@ -19,7 +19,7 @@ from ares.gc_policy import apply_gc_policy
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
 BENCHMARKS = ("append", "read", "replay", "recovery", "heartbeats", "waits", "delegation",
-              "dashboard_live", "java_clients", "tokens", "budgets")
+              "dashboard_live", "java_clients", "tokens", "budgets", "signing")
 err = Console(stderr=True)
 
 

@@ -47,7 +47,8 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An event as stored: contiguous 1-based ``version`` and a SHA-256 hash chain.
+    """An event as stored: contiguous 1-based ``version``, a SHA-256 hash chain and, from a
+    writer with a signing key, an Ed25519 signature of its hash.
 
     Sealing and decoding build it with ``codec.event_from_fields``, which relies on its
     slots and on it validating nothing: a field added here is a parameter added there.
@@ -63,6 +64,10 @@ class Event:
     metadata: Mapping[str, str]
     prev_hash: str
     hash: str
+    # The writer's Ed25519 signature of the 32 bytes of ``hash`` and its key's id
+    # (ares.events.signing); None for an unsigned event.
+    signature: bytes | None = None
+    key_id: str | None = None
     # The Avro body this event was decoded from (set by the codec, never by ``replace``:
     # a changed event must be re-encoded to be checked). Lets a hash check skip the
     # re-encoding: the writer hashed exactly these bytes, with an empty hash field.
@@ -81,6 +86,8 @@ class Event:
             "metadata": dict(self.metadata),
             "prev_hash": self.prev_hash,
             "hash": self.hash,
+            "signature": None if self.signature is None else self.signature.hex(),
+            "key_id": self.key_id,
         }
 
 

@@ -1,7 +1,8 @@
 """What one writer knows of its streams, and the pure logic of an append.
 
 Both adapters use it: the memory store for all streams, the Kafka store per partition. It
-assigns versions and hashes, checks expected versions, and recognises re-appended event ids
+assigns versions and hashes (and signs with the writer's key, if it has one), checks
+expected versions, and recognises re-appended event ids
 within a bounded window (like Kafka's idempotent producer, retries come soon after the
 original: a window of recent ids per writer bounds memory for fleets of long streams).
 """
@@ -16,6 +17,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 from ares.errors import AresError, ConflictError
 from ares.events.chain import seal_encoded
 from ares.events.model import ANY_VERSION, GENESIS_HASH, Event, NewEvent, StreamHead, utc_now
+from ares.events.signing import Signer, configured_signer
 from ares.events.wire.codec import Codec, default_codec
 
 DEFAULT_ID_WINDOW = 200_000
@@ -91,11 +93,18 @@ class StreamState:
 class StreamTable:
     """Heads of the streams one writer owns plus a window of recently appended event ids."""
 
-    def __init__(self, id_window: int = DEFAULT_ID_WINDOW) -> None:
+    def __init__(self, id_window: int = DEFAULT_ID_WINDOW, signer: Signer | None = None, *,
+                 sign: bool = True) -> None:
         self._streams: dict[str, StreamState] = {}
         self._recent_ids: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._id_window = id_window
         self._codec: Codec | None = None  # default_codec(), looked up once rather than per event
+        # Signs every sealed event: ``signer``, else the process's (ARES_SIGNING_KEY_FILE,
+        # checked against ARES_KEYRING_FILE: a misconfigured writer fails here, at start);
+        # ``sign=False``: unsigned whatever is configured.
+        self.signer: Signer | None = None
+        if sign:
+            self.signer = signer if signer is not None else configured_signer()
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -138,9 +147,10 @@ class StreamTable:
         codec = self._codec
         if codec is None:
             codec = self._codec = default_codec()
+        signer = self.signer
         for new in events:  # no StreamHead per sealed event: the head is (version, digest)
             event, wire = seal_encoded(stream_id, (version, digest), new, version + 1,
-                                       new.timestamp or stamp, codec=codec)
+                                       new.timestamp or stamp, codec=codec, signer=signer)
             version, digest = event.version, event.hash
             sealed.append(event)
             encoded.append(wire)

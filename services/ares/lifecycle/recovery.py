@@ -10,8 +10,9 @@ watermark, and route each event to its stream. This module is the pure half of i
   log — one whose version or hash does not match the chain is discarded
   (``RecoveryPlan.discard``) and that stream is replayed in full;
 * ``StreamVerifier`` checks each stream incrementally from its start head (version
-  continuity and hash chain, through ``ares.events.chain.verify_chain``) and reports the
-  first failure (stream, version, what);
+  continuity, hash chain and, with a keyring configured, each event's signature, through
+  ``ares.events.chain.verify_chain``) and reports the first failure (stream, version,
+  what): a missing or wrong signature is a broken chain (quarantine, integrity alert);
 * ``RecoveryRecord`` is the recovery record of one agent, written with
   ``agent.resurrected``; ``state_hash`` is the SHA-256 of the canonical JSON of a state.
 
@@ -316,8 +317,8 @@ class RecoveryRecord:
     snapshot_discarded: str | None = None  # why a snapshot found was not used
     reported_s: float | None = None  # the total an event reported, when phases are missing
     # The checks the recovery ran (ares.lifecycle.verification: chain, versions,
-    # snapshot_anchor, head); None: an older writer did not say. ``verified`` is derived
-    # from them by ``checked``, never asserted by a caller.
+    # snapshot_anchor, head, signature); None: an older writer did not say. ``verified`` is
+    # derived from them by ``checked``, never asserted by a caller.
     checks: tuple[str, ...] | None = None
 
     @staticmethod

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from ares.events.chain import ChainError, verify_chain
 from ares.events.model import Event, StreamHead
+from ares.events.signing import SignaturePolicy, default_policy
 from ares.events.wire.codec import Codec
 from ares.lifecycle.recovery import FOREIGN_STREAM, SnapshotInfo, SnapshotRef, validate_snapshot
 
@@ -21,6 +22,7 @@ CHAIN = "chain"  # content hashes and prev_hash links of the replayed events
 VERSIONS = "versions"  # versions contiguous from the start head
 SNAPSHOT_ANCHOR = "snapshot_anchor"  # the snapshot's version and hash against the log
 HEAD = "head"  # the replay reached the head the writer knows (not truncated)
+SIGNATURES = "signature"  # each replayed event signed by a key of the keyring (if configured)
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
 TRUNCATED = "truncated"
 HEAD_MISMATCH = "head_mismatch"
@@ -35,7 +37,7 @@ class Feed(StrEnum):
 @dataclass(frozen=True, slots=True)
 class VerificationFailure:
     """The first failure of a stream. ``kind``: a ``ChainError`` kind (gap, duplicate,
-    prev_hash_mismatch, hash_mismatch, foreign_stream, unsealable), ``truncated`` or
+    prev_hash_mismatch, hash_mismatch, foreign_stream, unsealable, signature), ``truncated`` or
     ``head_mismatch`` (the replay did not reach the expected head), or
     ``snapshot_mismatch`` (the log contradicts the snapshot: discard it and replay the
     stream in full; every other kind quarantines the agent with an integrity alert)."""
@@ -55,11 +57,14 @@ class StreamVerifier:
 
     ``feed`` each event of the stream in log order; ``finish`` at the high watermark. Events
     the snapshot covers are skipped (the one at its version anchors it); then each event
-    must continue the chain: next version, ``prev_hash`` of the head, content hash.
+    must continue the chain: next version, ``prev_hash`` of the head, content hash, and,
+    with a keyring configured (``signatures``, default the process's), a signature by one
+    of its keys: a signature failure is a broken chain like any other (quarantine).
     """
 
     def __init__(self, stream_id: str, snapshot: SnapshotRef | None = None, *,
-                 check_hashes: bool = True, codec: Codec | None = None) -> None:
+                 check_hashes: bool = True, codec: Codec | None = None,
+                 signatures: SignaturePolicy | None = None) -> None:
         self.stream_id = stream_id
         self.snapshot = None if snapshot is None else SnapshotInfo.of(snapshot)
         self.head = StreamHead() if self.snapshot is None else self.snapshot.head
@@ -69,6 +74,10 @@ class StreamVerifier:
         self._check_hashes = check_hashes
         self._codec = codec
         self._chain_ran = False  # verify_chain was called on at least one event
+        self._signatures = signatures if signatures is not None else default_policy()
+        # An event of the stream was signed: no later one may be unsigned (no downgrade).
+        # Events the snapshot covers are not replayed, so a snapshot's tail starts afresh.
+        self._signed = False
         self._anchor_checked = False
         self._head_checked = False
 
@@ -79,6 +88,8 @@ class StreamVerifier:
         ran: list[str] = []
         if self._chain_ran:
             ran.extend((CHAIN, VERSIONS) if self._check_hashes else (VERSIONS,))
+            if self._signatures.active:
+                ran.append(SIGNATURES)
         if self._anchor_checked:
             ran.append(SNAPSHOT_ANCHOR)
         if self._head_checked:
@@ -110,9 +121,11 @@ class StreamVerifier:
         self._chain_ran = True
         try:
             self.head = verify_chain([event], self.head, check_hashes=self._check_hashes,
-                                     codec=self._codec)
+                                     codec=self._codec, signatures=self._signatures,
+                                     after_signed=self._signed)
         except ChainError as exc:
             return self._fail(exc.version, exc.kind, str(exc))
+        self._signed = self._signed or event.signature is not None
         self.applied += 1
         return Feed.APPLY
 
@@ -132,11 +145,13 @@ class StreamVerifier:
             self._chain_ran = True
             try:
                 head = verify_chain(rest, self.head, check_hashes=self._check_hashes,
-                                    codec=self._codec)
+                                    codec=self._codec, signatures=self._signatures,
+                                    after_signed=self._signed)
             except ChainError:
                 pass  # find the failing event one by one (rare): same verdicts as feed
             else:
                 self.head = head
+                self._signed = self._signed or any(e.signature is not None for e in rest)
                 self.applied += len(rest)
                 return [*results, *([Feed.APPLY] * len(rest))]
         return [*results, *(self.feed(event) for event in rest)]
@@ -176,6 +191,7 @@ __all__ = [
     "CHAIN",
     "HEAD",
     "HEAD_MISMATCH",
+    "SIGNATURES",
     "SNAPSHOT_ANCHOR",
     "SNAPSHOT_MISMATCH",
     "TRUNCATED",

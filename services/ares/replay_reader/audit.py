@@ -13,7 +13,9 @@ differs from the log's event at that version is a mismatch.
 
 Finding kinds: ``gap`` (a version missing: a dropped event), ``duplicate``,
 ``prev_hash_mismatch``, ``hash_mismatch`` (a modified or forged event), ``foreign_stream``,
-``undecodable`` (a record of the stream that no schema reads), ``misrouted`` (an event
+``signature`` (unsigned where the keyring requires a signature, an unknown key, a signature
+that does not verify: a well-chained forgery), ``undecodable`` (a record of the stream that
+no schema reads), ``misrouted`` (an event
 under another stream's key), ``missing_history`` (the log begins after version 1 and no
 anchored summary accounts for the rest), ``truncated``, ``head_mismatch``.
 """
@@ -27,6 +29,7 @@ from typing import Any
 from ares.events.chain import ChainError, verify_chain
 from ares.events.model import Event, StreamHead
 from ares.events.ports import SummaryAnchor
+from ares.events.signing import SIGNATURE
 from ares.events.wire.codec import Codec
 from ares.replay_reader.source import anchor_for
 
@@ -107,6 +110,7 @@ class StreamAudit:
         self._hashes: dict[int, str] = {}  # version -> hash, for the watched versions
         self._max = max_findings
         self._codec = codec
+        self._signed = False  # an event of the stream was signed: none after it may be unsigned
 
     @property
     def stream_id(self) -> str:
@@ -129,7 +133,8 @@ class StreamAudit:
             return
         if self.first is not None and all(e.stream_id == self.stream_id for _, e in events):
             try:
-                head = verify_chain([e for _, e in events], self.head, codec=self._codec)
+                head = verify_chain([e for _, e in events], self.head, codec=self._codec,
+                                    after_signed=self._signed)
             except ChainError:
                 pass
             else:
@@ -154,7 +159,8 @@ class StreamAudit:
 
     def _check(self, offset: int, event: Event, *, relinked: bool = False) -> None:
         try:
-            self.head = verify_chain([event], self.head, codec=self._codec)
+            self.head = verify_chain([event], self.head, codec=self._codec,
+                                     after_signed=self._signed)
         except ChainError as exc:
             if exc.kind == DUPLICATE:
                 known = self._hashes.get(event.version)
@@ -172,7 +178,7 @@ class StreamAudit:
                          f" is followed by version {event.version}", offset)
             else:
                 self.add(event.version, exc.kind, _detail(exc), offset)
-            if exc.kind == "hash_mismatch":
+            if exc.kind in ("hash_mismatch", SIGNATURE):
                 self.head = StreamHead(event.version, event.hash)  # the next links to it
                 self._accept(event)
                 return
@@ -185,6 +191,7 @@ class StreamAudit:
         self._accept(event)
 
     def _accept(self, event: Event) -> None:
+        self._signed = self._signed or event.signature is not None
         self.report.events += 1
         self.report.head_version = max(self.report.head_version, event.version)
         if event.version in self._watch:

@@ -68,6 +68,7 @@ _EVENT_SLOTS: Final[type] = type("_EventSlots", (), {"__slots__": Event.__slots_
 def event_from_fields(id: str, stream_id: str, type: str, module: str, version: int,
                       timestamp: datetime, payload: Mapping[str, Any],
                       metadata: Mapping[str, str], prev_hash: str, hash: str,
+                      signature: bytes | None = None, key_id: str | None = None,
                       wire_body: bytes | None = None) -> Event:
     """``Event(...)`` for the hot paths: every append seals one, every replayed record
     decodes one. The only place that builds an Event this way.
@@ -96,6 +97,8 @@ def event_from_fields(id: str, stream_id: str, type: str, module: str, version: 
     event.metadata = metadata
     event.prev_hash = prev_hash
     event.hash = hash
+    event.signature = signature
+    event.key_id = key_id
     event.wire_body = wire_body
     event.__class__ = _EVENT
     made: Event = event
@@ -104,6 +107,9 @@ def event_from_fields(id: str, stream_id: str, type: str, module: str, version: 
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10
+# How the canonical encoding of an Event ends: the empty ``hash`` string (length 0), then
+# ``signature`` and ``key_id`` null (union branch 0).
+CANONICAL_END: Final = b"\x00\x00\x00"
 
 
 class WireFormat(Protocol):
@@ -194,9 +200,13 @@ class Codec:
         self._event_specs = specs_of(self._event, EVENT_PAYLOADS)
         self._command_specs = specs_of(self.schemas.get(COMMAND), COMMAND_PAYLOADS)
         fields = self._event.parsed["fields"]
-        if fields[-1]["name"] != "hash" or fields[-1]["type"] != "string":
-            # chain.seal_encoded splices the hash into the body: it must be the last field.
-            raise SchemaError(f"{self._event.path}: 'hash' must be the last field of {EVENT}")
+        if [(f["name"], f["type"]) for f in fields[-3:]] != [
+                ("hash", "string"), ("signature", ["null", "bytes"]),
+                ("key_id", ["null", "string"])]:
+            # chain.seal_encoded splices the hash and the signature into the body: they
+            # must be the last fields.
+            raise SchemaError(f"{self._event.path}: 'hash', 'signature' and 'key_id' must be "
+                              f"the last fields of {EVENT}")
         # Writes bodies with JSON payloads without fastavro (the append path); None when the
         # Event schema is not the shape it knows.
         self._envelope = EnvelopeWriter.of(self._event.parsed)
@@ -280,7 +290,9 @@ class Codec:
         return PreparedPayload(JSON_PAYLOAD, {"json": text}, value)
 
     def encode_event(self, event: Event) -> bytes:
-        return self._event_header + self.event_body(event, hash_=event.hash)
+        return self._event_header + self.event_body(event, hash_=event.hash,
+                                                    signature=event.signature,
+                                                    key_id=event.key_id)
 
     def frame_event(self, body: bytes) -> bytes:
         """Prefix an Event body (from ``event_body``) with the current Event header."""
@@ -288,11 +300,14 @@ class Codec:
 
     def event_body(self, event: Event, *, hash_: str = "",
                    prepared: PreparedPayload | None = None,
-                   schema: SchemaFile | None = None) -> bytes:
-        """The Avro body of ``event`` with ``hash`` replaced by ``hash_``.
+                   schema: SchemaFile | None = None, signature: bytes | None = None,
+                   key_id: str | None = None) -> bytes:
+        """The Avro body of ``event`` with ``hash`` replaced by ``hash_`` and the signature
+        fields by ``signature`` and ``key_id``.
 
-        With the defaults this is the canonical encoding the hash chain covers. ``schema``
-        selects an older Event schema (verifying events written before an upgrade).
+        With the defaults this is the canonical encoding the hash chain covers (empty hash,
+        null signature and key id). ``schema`` selects an older Event schema (verifying
+        events written before an upgrade; it ignores the fields it does not have).
         """
         if prepared is None:
             prepared = self.prepare_payload(event.type, event.payload, read_back=False)
@@ -307,15 +322,18 @@ class Codec:
             "metadata": normalize_metadata(event.metadata),
             "prev_hash": event.prev_hash,
             "hash": hash_,
+            "signature": signature,
+            "key_id": key_id,
         }
         return self._write(schema or self._event, datum)
 
     def unhashed_body(self, *, id: str, stream_id: str, type: str, module: str, version: int,
                       timestamp: datetime, prepared: PreparedPayload,
                       metadata: Mapping[str, str], prev_hash: str) -> bytes:
-        """The canonical body of an event being sealed, without its last byte (the empty
-        ``hash`` string): what the hash covers is this plus ``00``, what goes on the wire is
-        this plus the hash. ``metadata`` as ``normalize_metadata`` returns it."""
+        """The canonical body of an event being sealed, without its last three bytes (the
+        empty ``hash`` string, the null ``signature`` and ``key_id``): what the hash covers
+        is this plus ``CANONICAL_END``, what goes on the wire is this plus the hash and the
+        signature fields. ``metadata`` as ``normalize_metadata`` returns it."""
         envelope = self._envelope
         if envelope is not None and envelope.knows(prepared.record):
             try:
@@ -328,7 +346,7 @@ class Codec:
         draft = Event(id=id, stream_id=stream_id, type=type, module=module, version=version,
                       timestamp=timestamp, payload=prepared.value, metadata=metadata,
                       prev_hash=prev_hash, hash="")
-        return self.event_body(draft, prepared=prepared)[:-1]
+        return self.event_body(draft, prepared=prepared)[:-len(CANONICAL_END)]
 
     def decode_event(self, data: bytes) -> Event:
         writer, offset = self.wire.writer_of(data)
@@ -337,7 +355,8 @@ class Codec:
         r = self._read(writer, data, offset)
         return event_from_fields(r["id"], r["stream_id"], r["type"], r["module"],
                                  r["version"], r["timestamp"], self._payload_value(r),
-                                 r["metadata"], r["prev_hash"], r["hash"], data[offset:])
+                                 r["metadata"], r["prev_hash"], r["hash"],
+                                 r.get("signature"), r.get("key_id"), data[offset:])
 
     # -- internals -----------------------------------------------------------------------
 
@@ -433,7 +452,7 @@ def decode_event(data: bytes) -> Event:
 
 
 __all__ = [
-    "HEADER_SIZE", "MAGIC", "REASONS", "Codec", "CodecError", "PayloadSpec", "PreparedPayload",
-    "SingleObjectEncoding", "WireFormat", "decode", "decode_event", "default_codec", "encode",
-    "encode_event", "normalize_metadata",
+    "CANONICAL_END", "HEADER_SIZE", "MAGIC", "REASONS", "Codec", "CodecError", "PayloadSpec",
+    "PreparedPayload", "SingleObjectEncoding", "WireFormat", "decode", "decode_event",
+    "default_codec", "encode", "encode_event", "normalize_metadata",
 ]

@@ -15,8 +15,9 @@ not only the last one. Two independent proofs, both must pass:
   fastavro's resolution.
 
 ares adds policy rules: every record and field has a ``doc``; ``hash`` stays the last
-field of ``ares.v1.Event`` and no field of it (or of its payloads) is removed — the hash
-of an old event covers that field, removing it makes old events unverifiable.
+field of ``ares.v1.Event`` but for the signature fields after it (which it does not cover)
+and no field of it (or of its payloads) is removed — the hash of an old event covers that
+field, removing it makes old events unverifiable.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from ares.events.wire.schemas import (
     EVENT,
     RELEASED_DIR,
+    SIGNATURE_FIELDS,
     Schema,
     SchemaFile,
     load_directory,
@@ -319,9 +321,13 @@ def check_data(writer: Schema, reader: Schema, count: int | None = None) -> tupl
 def check_policies(sf: SchemaFile) -> list[Problem]:
     """ares's own rules for one schema file."""
     problems = [Problem(sf.name, path, "missing doc") for path in _undocumented(sf.parsed, "")]
-    if sf.name == EVENT and sf.parsed["fields"][-1]["name"] != "hash":
-        problems.append(Problem(sf.name, "hash", "must stay the last field of the Event record "
-                                "(chain.seal_encoded splices it into the encoded body)"))
+    if sf.name == EVENT:
+        names = [f["name"] for f in sf.parsed["fields"]]
+        tail = names[names.index("hash"):] if "hash" in names else []
+        if tail not in (["hash"], ["hash", *SIGNATURE_FIELDS]):
+            problems.append(Problem(sf.name, "hash", "must stay the last field of the Event "
+                                    f"record, followed only by {' and '.join(SIGNATURE_FIELDS)}"
+                                    " (chain.seal_encoded splices it into the encoded body)"))
     return problems
 
 

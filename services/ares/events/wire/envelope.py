@@ -35,6 +35,8 @@ _SHAPE: tuple[tuple[str, Any], ...] = (
     ("metadata", {"type": "map", "values": "string"}),
     ("prev_hash", "string"),
     ("hash", "string"),
+    ("signature", ["null", "bytes"]),
+    ("key_id", ["null", "string"]),
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -135,7 +137,8 @@ class EnvelopeWriter:
     def unhashed(self, *, id: str, stream_id: str, type: str, module: str, version: int,
                  timestamp: datetime, record: str, datum: Mapping[str, Any],
                  metadata: Mapping[str, str], prev_hash: str) -> bytes:
-        """The body without its last field (``hash``): ``datum`` is the payload as the
+        """The body up to ``prev_hash`` (without ``hash`` and the signature fields after
+        it): ``datum`` is the payload as the
         ``record`` branch of the union. ``metadata`` must be sorted by key and hold strings
         only (``codec.normalize_metadata``). Raises what fastavro or ``str.encode`` raise
         for what Avro cannot write (TypeError, ValueError, AttributeError, KeyError...)."""

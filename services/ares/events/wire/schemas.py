@@ -54,6 +54,10 @@ SCHEDULE: Final = "ares.v1.Schedule"
 
 JSON_PAYLOAD: Final = "ares.v1.event.JsonPayload"
 
+# The fields of ares.v1.Event after ``hash``, the only ones the hash does not cover (it is
+# what they sign): written null in the canonical encoding (``chain``).
+SIGNATURE_FIELDS: Final = ("signature", "key_id")
+
 # Event type -> payload record. Every other type is written as JSON_PAYLOAD.
 EVENT_PAYLOADS: Mapping[str, str] = {
     "agent.started": "ares.v1.event.AgentStarted",

@@ -498,11 +498,18 @@ func verifyChain(events []event) error {
 	return nil
 }
 
-// chainHash re-encodes the event with its writer's schema, hash = "", and returns the
-// lowercase hex SHA-256 of that Avro body.
+// chainHash re-encodes the event with its writer's schema, hash = "" (signature and key_id
+// null), and returns the lowercase hex SHA-256 of that Avro body.
 func chainHash(e event) (string, error) {
 	record := maps.Clone(e.record)
 	record["hash"] = ""
+	// The fields after hash (a writer schema of release v1 has none) are what it does not
+	// cover: the writer's signature of it.
+	for _, name := range []string{"signature", "key_id"} {
+		if _, ok := record[name]; ok {
+			record[name] = nil
+		}
+	}
 	var body bytes.Buffer
 	w := avro.NewWriter(&body, 1024, avro.WithWriterConfig(avroAPI))
 	writeSorted(w, e.writer.schema, record)

@@ -307,6 +307,13 @@ public final class ClientExample {
     static String chainHash(GenericRecord event) throws IOException, NoSuchAlgorithmException {
         GenericData.Record canonical = new GenericData.Record((GenericData.Record) event, false);
         canonical.put("hash", "");
+        // The fields after hash (a writer schema of release v1 has none) are what it does not
+        // cover: the writer's signature of it.
+        for (String name : new String[] {"signature", "key_id"}) {
+            if (canonical.getSchema().getField(name) != null) {
+                canonical.put(name, null);
+            }
+        }
         // Decoded map keys are Avro Utf8, which compare byte by byte: UTF-8 byte order is
         // code point order, the order the writer sorts in (String.compareTo, UTF-16, is not).
         // The GenericDatumWriter writes the TreeMap's entries in that order, as one block.
