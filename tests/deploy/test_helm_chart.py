@@ -6,6 +6,7 @@ the topics hook, probes, the grace period, secrets."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 import shutil
@@ -58,8 +59,6 @@ PLANNED_SETTINGS = {
     "ARES_KAFKA_SECURITY_PROTOCOL", "ARES_KAFKA_SASL_MECHANISM", "ARES_KAFKA_SASL_USERNAME",
     "ARES_KAFKA_SASL_PASSWORD", "ARES_KAFKA_SSL_CA_FILE", "ARES_KAFKA_SSL_CERT_FILE",
     "ARES_KAFKA_SSL_KEY_FILE",
-    "ARES_SHUTDOWN_DRAIN_S", "ARES_SHUTDOWN_FINISH_S", "ARES_SHUTDOWN_SNAPSHOT_S",
-    "ARES_SHUTDOWN_RELEASE_S",
 }
 
 Render = Callable[..., str]
@@ -233,8 +232,91 @@ def test_sasl_with_inline_credentials_renders_a_secret(render: Render) -> None:
     assert set(secrets) == {"ares-mesh-kafka", "ares-mesh-topics-apply-kafka"}
     job = objects(text, "Job")["ares-mesh-topics-apply"]
     env = env_of(containers(job)[0])
-    assert env["ARES_KAFKA_SASL_PASSWORD"]["secretKeyRef"]["name"] == \
+    assert password_secret(job, env["ARES_KAFKA_SASL_PASSWORD_FILE"])[0] == \
         "ares-mesh-topics-apply-kafka"
+
+
+# One Kafka principal per service: component -> its key under kafka.sasl.services.
+PRINCIPAL_KEYS = {**VALUES_KEYS, "topics-apply": "topicsApply"}
+INLINE_PRINCIPALS = tuple(
+    f"kafka.sasl.services.{key}.{field}={field[0]}-{component}"
+    for component, key in PRINCIPAL_KEYS.items() for field in ("username", "password"))
+SASL_SETS = ("kafka.securityProtocol=SASL_SSL", "kafka.sasl.mechanism=SCRAM-SHA-512")
+
+
+def password_secret(workload: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret, key) of the file at ``path`` in the workload's first container."""
+    pod = workload["spec"]["template"]["spec"]
+    directory, _, filename = path.rpartition("/")
+    [mount] = [m for m in containers(workload)[0]["volumeMounts"]
+               if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    [item] = [i for i in volume["secret"]["items"] if i["path"] == filename]
+    return volume["secret"]["secretName"], item["key"]
+
+
+def kafka_secrets(text: str) -> dict[str, tuple[str, str]]:
+    """component -> the Secrets its username and password come from (the hook Job too)."""
+    workloads = {**objects(text, "StatefulSet"), **objects(text, "Deployment"),
+                 **objects(text, "Job")}
+    result = {}
+    for name, workload in workloads.items():
+        env = env_of(containers(workload)[0])
+        assert "ARES_KAFKA_SASL_PASSWORD" not in env, name
+        secret, key = password_secret(workload, env["ARES_KAFKA_SASL_PASSWORD_FILE"])
+        assert key == "password"
+        result[name.removeprefix("ares-mesh-")] = (
+            env["ARES_KAFKA_SASL_USERNAME"]["secretKeyRef"]["name"], secret)
+    return result
+
+
+def test_each_service_takes_its_own_kafka_secret_in_production(render: Render) -> None:
+    text = render("production")
+    assert kafka_secrets(text) == {
+        component: (f"ares-kafka-{name}",) * 2 for component, name in (
+            ("runtime-manager", "runtime-manager"), ("health-checker", "health-checker"),
+            ("compactor", "compactor"), ("replay-reader", "replay-reader"),
+            ("topics-apply", "topics"))}
+    assert objects(text, "Secret") == {}  # the operator's Secrets, none of the chart's
+
+
+def test_inline_credentials_render_one_secret_per_service(render: Render) -> None:
+    text = render("default", *SASL_SETS, *INLINE_PRINCIPALS)
+    secrets = objects(text, "Secret")
+    used = kafka_secrets(text)
+    assert set(used) == set(PRINCIPAL_KEYS)
+    for component, (username_secret, password_secret) in used.items():
+        assert username_secret == password_secret
+        data = secrets[username_secret]["data"]
+        assert base64.b64decode(data["username"]).decode() == f"u-{component}", component
+        assert base64.b64decode(data["password"]).decode() == f"p-{component}", component
+    # One Secret per principal and nothing shared between two services.
+    assert len({secret for secret, _ in used.values()}) == len(PRINCIPAL_KEYS)
+    assert set(secrets) == {secret for secret, _ in used.values()}
+    hook = secrets[used["topics-apply"][0]]["metadata"]["annotations"]
+    assert hook["helm.sh/hook"] == "pre-install,pre-upgrade"  # it exists before the Job
+
+
+def test_a_service_without_its_own_credentials_falls_back_to_the_shared_ones(
+        render: Render) -> None:
+    text = render("default", *SASL_SETS, "kafka.sasl.existingSecret=ares-kafka-shared",
+                  "kafka.sasl.services.compactor.existingSecret=ares-kafka-trimmer")
+    used = kafka_secrets(text)
+    assert used.pop("compactor") == ("ares-kafka-trimmer",) * 2
+    assert set(used.values()) == {("ares-kafka-shared",) * 2}
+
+
+def test_sasl_needs_shared_or_every_services_credentials(helm: str) -> None:
+    partial = tuple(s for s in INLINE_PRINCIPALS if "replayReader" not in s)
+    result = run(template_args(helm, (), (*REQUIRED_SETS, *SASL_SETS, *partial)), check=False)
+    assert result.returncode != 0, "a service without credentials was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert "/kafka/sasl" in result.stderr
+    bad = run(template_args(helm, (), (*REQUIRED_SETS, "kafka.sasl.services.runtime.username=x")),
+              check=False)
+    assert bad.returncode != 0
+    assert "runtime" in bad.stderr
 
 
 # -- what the chart promises ---------------------------------------------------------------
@@ -414,8 +496,12 @@ def test_settings_reach_the_services_through_the_configmap(render: Render) -> No
     container = containers(manager)[0]
     assert container["envFrom"] == [{"configMapRef": {"name": "ares-mesh-config"}}]
     env = env_of(container)
-    assert env["ARES_KAFKA_SASL_PASSWORD"]["secretKeyRef"] == {
-        "name": "ares-kafka-credentials", "key": "password"}
+    assert env["ARES_KAFKA_SASL_USERNAME"]["secretKeyRef"] == {
+        "name": "ares-kafka-runtime-manager", "key": "username"}
+    # The password is a file of the service's Secret, never an environment variable.
+    assert "ARES_KAFKA_SASL_PASSWORD" not in env
+    assert password_secret(manager, env["ARES_KAFKA_SASL_PASSWORD_FILE"]) == (
+        "ares-kafka-runtime-manager", "password")
     # The CA file the setting names is where the Secret is mounted.
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert config["ARES_KAFKA_SSL_CA_FILE"] == f"{mounts['kafka-tls']}/ca.crt"
@@ -455,3 +541,12 @@ def test_notes_tell_the_operator_what_to_do_next(helm: str, tmp_path: Path) -> N
     assert f"port-forward pod/ares-mesh-runtime-manager-0 {port}\n" in notes
     assert f"curl -s localhost:{port}/readyz" in notes
     assert "docs/operations.md" in notes
+    # The production values give every service its own Kafka principal: no shared one.
+    assert "share one Kafka principal" not in notes
+    shared = yaml.safe_load(run([*template_args(helm, (), (
+        *REQUIRED_SETS, *SASL_SETS, "kafka.sasl.existingSecret=ares-kafka",
+        "kafka.sasl.services.compactor.existingSecret=ares-kafka-compactor"), chart=chart),
+        "--show-only", "templates/notes-for-test.yaml"]).stdout)["notes"]
+    assert ("share one Kafka principal (kafka.sasl.username or existingSecret), so each may do\n"
+            "what any of them may: health-checker, replay-reader, runtime-manager, topics-apply."
+            ) in shared

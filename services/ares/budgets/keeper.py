@@ -15,11 +15,11 @@
   otherwise at most every ``publish_interval_s``, and again at each minute boundary
   (the minute's tokens start from zero). Only the keeper owning the tenant's partition
   publishes it, limits-only tenants included.
-* **Dead letters.** A record that is not a usage record goes to ``ares.dlq`` with the
-  reason and its original bytes, and the offset after it is committed right away; the
-  re-read after a restart skips the bad records below the committed offset, so each is
-  dead-lettered once. (The one gap: a crash between the dead letter's ack and that
-  commit dead-letters it a second time.)
+* **Dead letters.** A record of ``ares.usage`` or ``ares.budget-limits`` that cannot be
+  used goes to ``ares.dlq`` with the reason and its original bytes, once
+  (``ares.events.kafka.dlq.DeadLetters``: the keepers share one fenced dead-letter
+  writer, which knows what ``ares.dlq`` holds), however often the day is re-read; the
+  consumed offsets are committed only once the batch's letters are written.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -40,7 +41,7 @@ from ares.budgets.limits import apply_limits, assign_all, read_to_end
 from ares.budgets.model import BudgetLimits, BudgetState, day_start, minute_start
 from ares.budgets.windows import UsageFold, state_at
 from ares.config import Settings
-from ares.events.kafka.dlq import DeadLetter
+from ares.events.kafka.dlq import BUDGET_KEEPER, DeadLetters
 from ares.events.kafka.errors import translate
 from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.kafka.routing import partition_for
@@ -57,6 +58,7 @@ REPLAY_MARGIN_S = 60.0
 COMMIT_EVERY_S = 5.0
 UNDECODABLE = "undecodable"
 INVALID_USAGE = "invalid_usage"
+MAX_AT = 1e11  # seconds since the epoch: the year 5138
 
 
 class BudgetKeeper(Service):
@@ -82,10 +84,10 @@ class BudgetKeeper(Service):
         self.limits_loaded = False
         # Counters (tests, logs): records folded, dead letters, states published.
         self.folded = 0
-        self.dead_letters = 0
         self.published = 0
+        self.letters = DeadLetters(settings, plan.name, BUDGET_KEEPER)
         self._targets: dict[int, int] = {}  # partition -> end offset to reach to be live
-        self._handled: dict[int, int] = {}  # partition -> committed offset (bad ones before)
+        self._handled: dict[int, int] = {}  # partition -> committed offset
         self._dirty: set[str] = set()
         self._last: dict[str, tuple[float, tuple[Any, ...], bool]] = {}
         self._minute = 0
@@ -93,6 +95,11 @@ class BudgetKeeper(Service):
         self._usage: AIOKafkaConsumer | None = None
         self._limits_reader: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
+
+    @property
+    def dead_letters(self) -> int:
+        """Records this keeper dead-lettered (not those already on ares.dlq)."""
+        return self.letters.queued
 
     @property
     def ready(self) -> bool:
@@ -110,12 +117,14 @@ class BudgetKeeper(Service):
             session_timeout_ms=10_000, heartbeat_interval_ms=1000, max_poll_records=5000)
         try:
             await self._producer.start()
+            await self.letters.start()
             await self._limits_reader.start()
             await self._usage.start()
             self.usage_partitions = len(await topic_partitions(self._usage, self.usage_topic))
             tps = await assign_all(self._limits_reader, self.limits_topic)
-            await read_to_end(self._limits_reader, tps,
-                              lambda r: self._limit_changed(apply_limits(self.limits, r)))
+            await read_to_end(self._limits_reader, tps, lambda r: self._limit_changed(
+                apply_limits(self.limits, r, self.letters.reject)))
+            await self.letters.flush()
             self.limits_loaded = True
             log.info("budget keeper: limits of %d tenant(s) loaded from %s",
                      len(self.limits), self.limits_topic)
@@ -140,6 +149,7 @@ class BudgetKeeper(Service):
                 await client.stop()
         if self._producer is not None:
             await self._producer.stop()
+        await self.letters.stop()
         self._usage = self._limits_reader = None
         self._producer = None
 
@@ -191,9 +201,11 @@ class BudgetKeeper(Service):
                 now = self.clock()
                 for tp, records in batch.items():
                     for record in records:
-                        await self._fold(tp, record, now)
+                        self._fold(tp, record, now)
+                # Nothing is committed past a record whose dead letter is not written.
+                flushed = await self.letters.flush()
                 await self._check_live()
-                if time.monotonic() - last_commit > COMMIT_EVERY_S:
+                if flushed and time.monotonic() - last_commit > COMMIT_EVERY_S:
                     last_commit = time.monotonic()
                     await self._commit_progress()
             except KafkaError as exc:  # the broker went away: aiokafka reconnects
@@ -213,7 +225,10 @@ class BudgetKeeper(Service):
                 continue
             for records in batch.values():
                 for record in records:
-                    self._limit_changed(apply_limits(self.limits, record))
+                    self._limit_changed(apply_limits(self.limits, record,
+                                                     self.letters.reject))
+            if self.letters.pending:
+                await self.letters.flush()
 
     async def _publish_loop(self) -> None:
         while True:
@@ -229,7 +244,7 @@ class BudgetKeeper(Service):
 
     # -- folding --------------------------------------------------------------------------
 
-    async def _fold(self, tp: TopicPartition, record: ConsumerRecord, now: float) -> None:
+    def _fold(self, tp: TopicPartition, record: ConsumerRecord, now: float) -> None:
         fold = self.folds.get(tp.partition)
         if fold is None:  # revoked meanwhile
             return
@@ -238,7 +253,7 @@ class BudgetKeeper(Service):
                 raise _Rejected(UNDECODABLE, "a usage record with no value (a tombstone)")
             try:
                 data = json.loads(record.value)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
                 raise _Rejected(UNDECODABLE, f"not JSON: {exc}") from None
             if not isinstance(data, dict):
                 raise _Rejected(INVALID_USAGE, f"not a JSON object: {type(data).__name__}")
@@ -248,29 +263,15 @@ class BudgetKeeper(Service):
                 raise _Rejected(INVALID_USAGE, str(exc)) from None
             if usage.cost_usd < 0 or usage.cost_usd != usage.cost_usd or not usage.usage_id:
                 raise _Rejected(INVALID_USAGE, "cost_usd must be >= 0 and usage_id set")
+            if not (0 < usage.at < MAX_AT) or not math.isfinite(usage.cost_usd):
+                raise _Rejected(INVALID_USAGE, f"at {usage.at!r} / cost_usd "
+                                f"{usage.cost_usd!r} out of range")
         except _Rejected as rejected:
-            await self._dead_letter(tp, record, rejected.reason, rejected.detail)
+            self.letters.reject(record, rejected.reason, rejected.detail)
             return
         if fold.add(usage, now):
             self.folded += 1
             self._dirty.add(usage.tenant)
-
-    async def _dead_letter(self, tp: TopicPartition, record: ConsumerRecord, reason: str,
-                           detail: str) -> None:
-        if record.offset < self._handled.get(tp.partition, 0):
-            return  # dead-lettered before a restart: the committed offset is past it
-        assert self._producer is not None
-        assert self._usage is not None
-        log.warning("budget keeper: dead letter from %s/%d@%d: %s: %s", tp.topic,
-                    tp.partition, record.offset, reason, detail)
-        letter = DeadLetter(reason, detail, tp.topic, tp.partition, record.offset,
-                            record.key, record.value)
-        await self._producer.send_and_wait(self.dlq_topic, record.value or b"",
-                                           key=record.key, headers=letter.headers())
-        # Committed at once: the next replay of the partition knows it was handled.
-        await self._usage.commit({tp: record.offset + 1})
-        self._handled[tp.partition] = record.offset + 1
-        self.dead_letters += 1
 
     def _limit_changed(self, tenant: str | None) -> None:
         if tenant is not None:

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from ares.budgets.model import BudgetLimits, BudgetState, check_tenant
+from ares.events.kafka.dlq import Reject, reason_of
 from ares.events.kafka.reader import topic_partitions
 
 log = logging.getLogger(__name__)
@@ -42,19 +43,23 @@ async def read_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
                 on_record(record)
 
 
-def apply_limits(limits: dict[str, BudgetLimits], record: ConsumerRecord) -> str | None:
+def apply_limits(limits: dict[str, BudgetLimits], record: ConsumerRecord,
+                 reject: Reject | None = None) -> str | None:
     """Fold one ``ares.budget-limits`` record into ``limits``; the tenant it changed, or
-    None (a record that does not decode is logged and skipped: ``ares budgets set``
-    validates what it writes, so this is a foreign writer's)."""
+    None (a record that does not decode is logged, handed to ``reject`` (dead letters)
+    when given, and skipped: ``ares budgets set`` validates what it writes, so this is a
+    foreign writer's)."""
     try:
         tenant = check_tenant((record.key or b"").decode())
         if record.value is None:  # --clear: a tombstone
             limits.pop(tenant, None)
             return tenant
         value = BudgetLimits.decode(record.value)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         log.warning("skipping budget limits at %s/%d@%d: %s", record.topic, record.partition,
                     record.offset, exc)
+        if reject is not None:
+            reject(record, reason_of(exc, "invalid_limits"), str(exc))
         return None
     if value.unlimited:
         limits.pop(tenant, None)
@@ -63,16 +68,20 @@ def apply_limits(limits: dict[str, BudgetLimits], record: ConsumerRecord) -> str
     return tenant
 
 
-def apply_state(states: dict[str, BudgetState], record: ConsumerRecord) -> str | None:
-    """Fold one ``ares.budgets`` record into ``states``; the tenant, or None if skipped."""
+def apply_state(states: dict[str, BudgetState], record: ConsumerRecord,
+                reject: Reject | None = None) -> str | None:
+    """Fold one ``ares.budgets`` record into ``states``; the tenant, or None if skipped
+    (and handed to ``reject``, dead letters, when given)."""
     try:
         tenant = check_tenant((record.key or b"").decode())
         if record.value is None:
             states.pop(tenant, None)
             return tenant
         states[tenant] = BudgetState.decode(record.value)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         log.warning("skipping a budget state at %s/%d@%d: %s", record.topic, record.partition,
                     record.offset, exc)
+        if reject is not None:
+            reject(record, reason_of(exc, "invalid_budget_state"), str(exc))
         return None
     return tenant

@@ -32,6 +32,7 @@ from ares.budgets.model import MINUTE_S, BudgetState, day_start, minute_start, u
 from ares.budgets.windows import assess, current
 from ares.config import Settings
 from ares.errors import AresError
+from ares.events.kafka.dlq import DeadLetters
 from ares.events.kafka.errors import translate
 from ares.events.kafka.reader import new_consumer
 from ares.llm.telemetry import (
@@ -61,8 +62,11 @@ class KafkaBudgetView:
     """A ``BudgetGate`` over ``ares.budgets``: ``await start()``, ``await stop()``."""
 
     def __init__(self, settings: Settings, plan: TopicPlan, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 letters: DeadLetters | None = None) -> None:
         self.settings = settings
+        # The runtime managers dead-letter ares.budgets (the runtime's copy is its reader).
+        self.letters = letters
         self.topic = plan.name(BUDGETS)
         self.clock = clock
         self.states: dict[str, BudgetState] = {}
@@ -183,6 +187,7 @@ class KafkaBudgetView:
                         self.topic, exc)
         self.loaded = True
         log.info("budget view: %d tenant(s) loaded from %s", len(self.states), self.topic)
+        await self._flush()
         while True:
             try:
                 batch = await self._consumer.getmany(timeout_ms=500)
@@ -193,10 +198,16 @@ class KafkaBudgetView:
             for records in batch.values():
                 for record in records:
                     self._apply(record)
+            await self._flush()
 
     def _apply(self, record: ConsumerRecord) -> None:
-        if apply_state(self.states, record) is not None:
+        reject = None if self.letters is None else self.letters.reject
+        if apply_state(self.states, record, reject) is not None:
             self._changed.set()
+
+    async def _flush(self) -> None:
+        if self.letters is not None and self.letters.pending:
+            await self.letters.flush()  # kept queued on failure: flushed after the next batch
 
 
 class NotingTelemetry:

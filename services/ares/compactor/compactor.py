@@ -39,6 +39,7 @@ from ares.compactor.summariser import merge_oldest, summarise
 from ares.compactor.trim import Hold, TrimPlan, plan_trim, stream_limit, summarised_through
 from ares.config import Settings
 from ares.errors import AresError
+from ares.events.kafka.dlq import COMPACTOR, DeadLetters
 from ares.events.kafka.errors import translate
 from ares.events.kafka.groups import describe_group, runtime_group
 from ares.events.kafka.reader import PartitionScanner, new_consumer
@@ -95,6 +96,9 @@ class Compactor:
         self._admin: AIOKafkaAdminClient | None = None
         self._writer: SummaryWriter | None = None
         self._client: Client | None = None
+        # Unreadable summaries go to ares.dlq (the compactor owns that topic's dead letters);
+        # a read-only pass writes none.
+        self.letters: DeadLetters | None = None
 
     async def open(self, *, write: bool = True) -> None:
         try:
@@ -110,6 +114,8 @@ class Compactor:
             if write:
                 self._writer = self._writer_factory(self.settings, self.summaries_topic)
                 await self._writer.start()
+                self.letters = DeadLetters(self.settings, self.plan.name, COMPACTOR)
+                await self.letters.start()
         except KafkaError as exc:
             await self.close()
             raise translate(exc, "starting the compactor") from exc
@@ -121,6 +127,9 @@ class Compactor:
         client, writer, self._client, self._writer = self._client, self._writer, None, None
         offsets, admin, scanner = self._offsets, self._admin, self._scanner
         self._offsets = self._admin = self._scanner = None
+        letters, self.letters = self.letters, None
+        if letters is not None:
+            await letters.stop()
         if client is not None:
             await client.close()
         if writer is not None:
@@ -192,7 +201,11 @@ class Compactor:
 
     async def _read(self, partition: int) -> _Partition:
         assert self._scanner is not None
-        summaries = await load_summaries(self._scanner, self.summaries_topic, partition)
+        reject = None if self.letters is None else self.letters.reject
+        summaries = await load_summaries(self._scanner, self.summaries_topic, partition,
+                                         reject=reject)
+        if self.letters is not None:
+            await self.letters.flush()  # kept queued on failure: flushed again next pass
         index = self._indices.setdefault(partition,
                                          PartitionIndex(self.events_topic, partition))
         index.summarised = {sid: summarised_through(summaries.of(sid), 1)

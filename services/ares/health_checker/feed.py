@@ -28,6 +28,7 @@ from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError
+from ares.events.kafka.dlq import DeadLetters, reason_of
 from ares.events.kafka.reader import new_consumer
 from ares.events.wire.codec import decode, decode_event
 from ares.events.wire.schemas import HEARTBEAT
@@ -40,8 +41,11 @@ log = logging.getLogger(__name__)
 
 class Feed(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, settings: Settings, plan: TopicPlan, state: HealthState,
-                 lookback_s: float) -> None:
+                 lookback_s: float, letters: DeadLetters | None = None) -> None:
         self.settings = settings
+        # The checker dead-letters ares.heartbeats (its only reader); an unreadable event is
+        # counted here and dead-lettered by the replay reader.
+        self.letters = letters
         self.plan = plan
         self.state = state
         self.lookback_s = lookback_s
@@ -120,7 +124,8 @@ class Feed(ConsumerRebalanceListener):  # type: ignore[misc]
     # -- records -------------------------------------------------------------------------
 
     async def poll(self, timeout_ms: int = 200) -> int:
-        """Fold one batch into the state; the number of records."""
+        """Fold one batch into the state; the number of records. Records that cannot be
+        read are dead-lettered (flushed here, before the next batch)."""
         assert self.consumer is not None
         batch = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
         count = 0
@@ -128,27 +133,35 @@ class Feed(ConsumerRebalanceListener):  # type: ignore[misc]
             for record in records:
                 self._fold(tp, record)
             count += len(records)
+        if self.letters is not None and self.letters.pending:
+            await self.letters.flush()  # kept queued on failure: flushed after the next poll
         await self._check_caught_up()
         return count
 
     def _fold(self, tp: TopicPartition, record: ConsumerRecord) -> None:
-        if record.value is None:
-            return
         try:
+            if record.value is None:
+                raise SchemaError("empty: a record without a value (a tombstone)")
             if tp.topic == self.events:
                 self.state.observe_event(tp.partition, decode_event(record.value))
                 return
             name, beat = decode(record.value)
-        except SchemaError as exc:
+            if name != HEARTBEAT:
+                raise SchemaError(f"schema_mismatch: a {name} on the heartbeats topic")
+            ts = min(beat["timestamp"].timestamp(), time.time())  # a clock ahead of ours
+            interval_ms = int(beat.get("interval_ms") or 0)
+            if not beat["worker_id"] or interval_ms < 0:
+                raise SchemaError(f"invalid_heartbeat: worker {beat['worker_id']!r}, "
+                                  f"interval {interval_ms} ms")
+        except (SchemaError, OverflowError, ValueError) as exc:
             self.undecodable += 1
-            log.warning("undecodable record at %s/%d@%d: %s", tp.topic, tp.partition,
+            log.warning("unusable record at %s/%d@%d: %s", tp.topic, tp.partition,
                         record.offset, exc)
+            if self.letters is not None:
+                self.letters.reject(record, reason_of(exc, "invalid_heartbeat"), str(exc))
             return
-        if name != HEARTBEAT:
-            return
-        ts = min(beat["timestamp"].timestamp(), time.time())  # a clock ahead of ours
-        self.state.observe_heartbeat(tp.partition, beat["worker_id"], ts,
-                                     int(beat.get("interval_ms") or 0), beat["agents"])
+        self.state.observe_heartbeat(tp.partition, beat["worker_id"], ts, interval_ms,
+                                     beat["agents"])
 
     async def _check_caught_up(self) -> None:
         assert self.consumer is not None

@@ -33,6 +33,7 @@ from ares.client import Client
 from ares.commands.model import Command, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError
+from ares.events.kafka.dlq import HEALTH_CHECKER, DeadLetters
 from ares.events.kafka.groups import describe_group, runtime_group
 from ares.health_checker.alerts import alert_record
 from ares.health_checker.config import HealthConfig
@@ -69,7 +70,9 @@ class HealthChecker(Service):
         self.config = config or HealthConfig()
         self.metrics = HealthMetrics(registry)
         self.state = HealthState(self.config, self.metrics)
-        self.feed = Feed(settings, plan, self.state, self.config.rebuild_lookback_s)
+        self.letters = DeadLetters(settings, plan.name, HEALTH_CHECKER)
+        self.feed = Feed(settings, plan, self.state, self.config.rebuild_lookback_s,
+                         self.letters)
         self.runtime_group = runtime_group(settings)
         self.webhook: WebhookForwarder | None = None
         if self.config.webhook_url is not None:
@@ -99,6 +102,7 @@ class HealthChecker(Service):
             await self._producer.start()
             await self._admin.start()
             await self.client.start()
+            await self.letters.start()  # what ares.dlq holds, before the first record
             await self.feed.start()
             if self.webhook is not None:
                 await self.webhook.start()
@@ -119,6 +123,7 @@ class HealthChecker(Service):
         if self.webhook is not None:
             await self.webhook.stop()
         await self.feed.stop()
+        await self.letters.stop()
         await self.client.close()
         if self._admin is not None:
             await self._admin.close()

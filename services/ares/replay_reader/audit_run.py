@@ -201,7 +201,7 @@ class _Audit:
                 try:
                     if record.value is None:
                         raise SchemaError("a null value (a tombstone) in the event log")
-                    chunk.append((key, record.offset, decode_event(record.value)))
+                    chunk.append((key, record.offset, decode_event(record.value or b"")))
                 except SchemaError as exc:
                     chunk.append((key, record.offset, exc))
                 if len(chunk) >= self.scope.max_replay:

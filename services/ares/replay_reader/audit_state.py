@@ -148,7 +148,7 @@ async def _events(source: RecordSource, tp: TopicPartition, start: int, end: int
         if record.value is None:
             continue
         try:
-            yield record.offset, decode_event(record.value)
+            yield record.offset, decode_event(record.value or b"")
         except SchemaError:
             continue
 

@@ -109,7 +109,7 @@ class RangeScanner:
 
 def decode_or_skip(record: ConsumerRecord) -> Event | None:
     try:
-        return decode_event(record.value)
+        return decode_event(record.value or b"")
     except SchemaError as exc:
         log.error("undecodable record at %s/%d@%d skipped: %s (`ares audit verify` reports "
                   "it)", record.topic, record.partition, record.offset, exc)

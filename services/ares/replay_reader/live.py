@@ -103,7 +103,7 @@ class LiveFeed:
                 for tp, records in batch.items():
                     for record in records:
                         try:
-                            event = decode_event(record.value)
+                            event = decode_event(record.value or b"")
                         except SchemaError as exc:
                             log.error("live feed skips undecodable record %s/%d@%d: %s",
                                       tp.topic, tp.partition, record.offset, exc)

@@ -27,6 +27,7 @@ from prometheus_client import Counter, Gauge
 
 from ares.config import Settings
 from ares.errors import SchemaError
+from ares.events.kafka.dlq import DeadLetters, reason_of
 from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.wire.codec import decode, decode_event
 from ares.events.wire.schemas import ALERT
@@ -51,8 +52,11 @@ _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 class Projector:
     def __init__(self, settings: Settings, store: ProjectionStore, events_topic: str,
                  alerts_topic: str | None, *, max_batch: int = 5000,
-                 lock_poll_s: float = 2.0) -> None:
+                 lock_poll_s: float = 2.0, letters: DeadLetters | None = None) -> None:
         self.settings = settings
+        # The replay reader dead-letters ares.events and ares.alerts: the projector reads
+        # every record of both once, in order, from the log start (one leader per schema).
+        self.letters = letters
         self.store = store
         self.topics = [t for t in (events_topic, alerts_topic) if t]
         self.events_topic = events_topic
@@ -167,6 +171,7 @@ class Projector:
         for record in records:
             after[(record.topic, record.partition)] = record.offset + 1
             if record.value is None:
+                self._rejected(record, "empty", "a record without a value (a tombstone)")
                 continue
             try:
                 if record.topic == self.events_topic:
@@ -174,12 +179,17 @@ class Projector:
                                            decode_event(record.value)))
                 else:
                     name, alert = decode(record.value)
-                    if name == ALERT:
-                        alerts.append((record.partition, record.offset, alert))
+                    if name != ALERT:
+                        raise SchemaError(f"schema_mismatch: a {name} on the alerts topic")
+                    alerts.append((record.partition, record.offset, alert))
             except SchemaError as exc:
                 FAILURES.labels("undecodable").inc()
                 log.error("projector skips undecodable record %s/%d@%d: %s", record.topic,
                           record.partition, record.offset, exc)
+                self._rejected(record, reason_of(exc, "undecodable"), str(exc))
+        if self.letters is not None and not await self.letters.flush():
+            # Not past a record whose dead letter is not written: the batch is redone.
+            raise ProjectionUnavailableError("dead letters could not be written to ares.dlq")
         stream_ids = {x.event.stream_id for x in located}
         unknown = [s for s in stream_ids if s not in self._agents and s not in self._not_agents]
         if unknown:
@@ -194,6 +204,10 @@ class Projector:
         self.projected += len(located)
         EVENTS_PROJECTED.inc(len(located))
         BATCHES.inc()
+
+    def _rejected(self, record: Any, reason: str, detail: str) -> None:
+        if self.letters is not None:
+            self.letters.reject(record, reason, detail)
 
     async def _check_caught_up(self, consumer: AIOKafkaConsumer,
                                tps: list[TopicPartition]) -> bool:

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from ares.agents.registry import build_registry
 from ares.config import Settings
+from ares.events.kafka.dlq import REPLAY_READER, DeadLetters
 from ares.probes import serve_app, tls_context
 from ares.replay_reader.http_api import ReplayApi
 from ares.replay_reader.kafka_source import KafkaStreamReader
@@ -31,6 +32,7 @@ from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
 from ares.replay_reader.wiring import CompactedSummaries, Topics, projection_store
 from ares.service import Service
+from ares.topics import load_topics
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ class ReplayReaderService(Service):
         self._feed: LiveFeed | None = None
         self._summaries: CompactedSummaries | None = None
         self._runner: web.AppRunner | None = None
+        self._letters: DeadLetters | None = None
 
     @property
     def ready(self) -> bool:
@@ -72,8 +75,12 @@ class ReplayReaderService(Service):
         if self.project:
             self._projector_store = projection_store(self.settings, topics, self.schema,
                                                      max_connections=2)
+            self._letters = DeadLetters(self.settings, load_topics(self.settings).name,
+                                        REPLAY_READER)
             self.projector = Projector(self.settings, self._projector_store, topics.events,
-                                       topics.alerts)
+                                       topics.alerts, letters=self._letters)
+        if self._letters is not None:
+            await self._letters.start()  # what ares.dlq holds, before the first record
         self._summaries = CompactedSummaries(self.settings)
         self.api = ReplayApi(self.settings, self._reader, self._store, self._feed,
                              self.registry, snapshots_topic=topics.snapshots,
@@ -110,6 +117,9 @@ class ReplayReaderService(Service):
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
+        if self._letters is not None:
+            await self._letters.stop()
+            self._letters = None
         if self._summaries is not None:
             await self._summaries.close()
         for store in (self._store, self._projector_store):

@@ -32,6 +32,7 @@ from ares.commands.model import (
 )
 from ares.config import DEFAULT_DEDUPE_WINDOW, Settings
 from ares.errors import AresError
+from ares.events.kafka.dlq import DeadLetters, Reject
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner
 from ares.events.kafka.snapshots import Snapshot, load_snapshots
@@ -122,6 +123,9 @@ class AgentHost:
         self._scanner: PartitionScanner | None = None
         self._live_workers: frozenset[str] = frozenset()
         self.hosted_here: set[str] = set()  # agents this process has run
+        # The runtime manager dead-letters unreadable snapshots (it reads them at every
+        # takeover); set by the service, None in tests that run a bare host.
+        self.letters: DeadLetters | None = None
 
     # -- what the owner asks of the host -------------------------------------------------
 
@@ -152,7 +156,8 @@ class AgentHost:
         async def plan_scan() -> tuple[int | None, StreamTable]:
             """After the fence: the previous owner can no longer write a newer snapshot."""
             nonlocal loaded
-            snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition)
+            snapshots = await load_snapshots(scanner, self.plan.name(SNAPSHOTS), partition,
+                                             self.reject)
             table, start = _seed_from(snapshots.pop(CHECKPOINT_KEY, None), snapshots,
                                       self.settings.dedupe_window)
             loaded = time.monotonic() - started
@@ -186,7 +191,18 @@ class AgentHost:
             if delegations.owes(hosted):
                 self.detach(delegations.settle(self, state, hosted))
         self.count_agents()
+        await self.flush_dead_letters()
         return writer
+
+    @property
+    def reject(self) -> Reject | None:
+        return None if self.letters is None else self.letters.reject
+
+    async def flush_dead_letters(self) -> None:
+        """Write the dead letters the reads queued; kept queued on failure (the snapshots
+        are read again at the next takeover, the letters flushed again at the next call)."""
+        if self.letters is not None and self.letters.pending:
+            await self.letters.flush()
 
     async def suspend_partition(self, partition: int) -> None:
         """A rebalance started: pause the partition's agents, keep their state."""
@@ -217,11 +233,28 @@ class AgentHost:
             return
         await self._stop_agents(state.agents.values())
 
-    async def drain(self) -> None:
-        """Graceful shutdown: stop every agent, record the hand-off and final snapshots."""
+    async def stop_agents(self) -> None:
+        """Graceful shutdown, first half: stop every agent (what it committed stays)."""
         self.stopping = True
         for state in self.partitions.values():
             await self._stop_agents(state.agents.values())
+
+    async def drain(self) -> None:
+        """Both halves of the graceful shutdown, without budgets (tools and benchmarks;
+        the owner runs them as phases of their own)."""
+        await self.stop_agents()
+        await self.hand_off()
+
+    async def hand_off(self) -> None:
+        """Graceful shutdown, second half: per partition, the live agents' final snapshots
+        and hand-off events, in one transaction."""
+        self.stopping = True
+        try:
+            await self._hand_off()
+        finally:
+            self.partitions.clear()
+
+    async def _hand_off(self) -> None:
         for partition, state in list(self.partitions.items()):
             live = [a for a in state.agents.values() if a.lifecycle.is_live]
 
@@ -241,7 +274,6 @@ class AgentHost:
                 await state.writer.submit(handoff)
             except AresError as exc:
                 log.warning("partition %d: final snapshots not written (%s)", partition, exc)
-        self.partitions.clear()
 
     async def handle(self, tx: TransactionScope, command: Command) -> Reply:
         partition = self._partition_of(command.stream_id)

@@ -36,6 +36,7 @@ from ares.runtime_manager.arena import Arena
 from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.runtime_manager.schedules import ScheduleKeeper
+from ares.runtime_manager.shutdown import ShutdownBudget, within
 from ares.tasks import cancel_and_wait
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
@@ -65,7 +66,7 @@ class PartitionOwner:
     def __init__(self, settings: Settings, plan: TopicPlan,
                  host: PartitionHost | None = None, instance_id: str | None = None,
                  session_timeout_ms: int = 10_000, client_id: str | None = None,
-                 arena: Arena | None = None) -> None:
+                 arena: Arena | None = None, shutdown: ShutdownBudget | None = None) -> None:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
@@ -93,6 +94,7 @@ class PartitionOwner:
         self.client_id = client_id or instance_id or "ares-runtime"
         self._admin: AIOKafkaAdminClient | None = None
         self._session_timeout_ms = session_timeout_ms
+        self.shutdown = shutdown or ShutdownBudget()
         self._suspended: dict[int, PartitionWriter] = {}
         self._handled: dict[int, int] = {}  # partition -> next command offset to handle
         self._lock = asyncio.Lock()  # processing and rebalancing never overlap
@@ -154,18 +156,30 @@ class PartitionOwner:
             await self._task
 
     async def stop(self) -> None:
-        """Graceful, in phases: stop taking commands (the batch in flight finishes), stop
-        the agents and record their hand-off with final snapshots, leave the group (so
-        partitions move at once), release the writers."""
+        """Graceful, in phases, each within its budget (``ares.runtime_manager.shutdown``):
+        stop taking commands (the batch in flight finishes), stop the agents, record their
+        hand-off with final snapshots, then leave the group (so partitions move at once)
+        and release the writers."""
         if self._stopping:
             return
         self._stopping = True
+        budget = self.shutdown
         if self._task is not None:
-            async with self._lock:  # not in the middle of a batch
-                self._task.cancel()
-            await cancel_and_wait(self._task)
+            await within(budget, "drain", self._stop_consuming(self._task))
+            await cancel_and_wait(self._task)  # abandoned mid-batch: its transaction aborts
+        await within(budget, "finish", self._finish())
+        await within(budget, "snapshot", self.host.hand_off())
+        await within(budget, "release", self._release())
+
+    async def _stop_consuming(self, task: asyncio.Task[None]) -> None:
+        async with self._lock:  # not in the middle of a batch
+            task.cancel()
+
+    async def _finish(self) -> None:
         await self.schedules.close()
-        await self.host.drain()
+        await self.host.stop_agents()
+
+    async def _release(self) -> None:
         if self._consumer is not None:
             await self._consumer.stop()  # commits nothing (offsets go with transactions)
         await self.host.close()

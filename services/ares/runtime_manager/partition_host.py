@@ -29,7 +29,9 @@ class PartitionHost(Protocol):
 
     async def handle(self, tx: TransactionScope, command: Command) -> Reply: ...
 
-    async def drain(self) -> None: ...
+    async def stop_agents(self) -> None: ...
+
+    async def hand_off(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -59,7 +61,10 @@ class StreamsOnly:
                      message=f"command {command.type!r} needs an agent host; this runtime "
                              "manager runs without one (--agents)")
 
-    async def drain(self) -> None:
+    async def stop_agents(self) -> None:
+        return None
+
+    async def hand_off(self) -> None:
         return None
 
     async def close(self) -> None:

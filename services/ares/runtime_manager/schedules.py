@@ -41,6 +41,7 @@ from ares.commands.model import Command, InvalidCommandError, Reply, ReplyStatus
 from ares.commands.policy import SETTING as ISSUERS_SETTING
 from ares.commands.policy import IssuerPolicy
 from ares.errors import AresError, FencedError, SchemaError
+from ares.events.kafka.dlq import DeadLetters, reason_of
 from ares.events.kafka.errors import translate
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner
@@ -96,6 +97,8 @@ class ScheduleKeeper:
         self.issuers = issuers
         self.partitions: dict[int, _Partition] = {}
         self._topic_seen = False
+        # Unreadable schedule records go to ares.dlq (set by the runtime manager service).
+        self.letters: DeadLetters | None = None
         self._handlers: dict[str, _Handler] = {
             sm.CREATE: self._create, sm.PAUSE: self._pause, sm.RESUME: self._resume,
             sm.DELETE: self._delete}
@@ -291,17 +294,23 @@ class ScheduleKeeper:
                 try:
                     schedule = Schedule.decode(record.value)
                     if schedule.key != key:
-                        raise SchemaError(f"record of {schedule.key!r} under key {key!r}")
+                        raise SchemaError(f"key_mismatch: record of {schedule.key!r} under "
+                                          f"key {key!r}")
                 except SchemaError as exc:
                     # Never trusted, never replaced by an older record of the same key.
                     log.error("schedule record at %s/%d@%d is unreadable, %r is not fired "
                               "until it is written again: %s", self.topic, partition,
                               record.offset, key, exc)
                     latest.pop(key, None)
+                    if self.letters is not None:
+                        self.letters.reject(record, reason_of(exc, "invalid_schedule"),
+                                            str(exc))
                     continue
                 latest[key] = schedule
         except KafkaError as exc:
             raise translate(exc, f"reading the schedules of {self.topic}/{partition}") from exc
+        if self.letters is not None and self.letters.pending:
+            await self.letters.flush()  # kept queued on failure; re-read at the next takeover
         return latest
 
     # -- the ticker ----------------------------------------------------------------------

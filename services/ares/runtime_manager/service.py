@@ -15,6 +15,7 @@ from ares.agents.host_api import AgentServices
 from ares.agents.registry import build_registry
 from ares.budgets.view import KafkaBudgetView
 from ares.config import Settings
+from ares.events.kafka.dlq import RUNTIME_MANAGER, DeadLetters
 from ares.events.kafka.errors import translate
 from ares.llm.kafka_telemetry import KafkaTelemetry
 from ares.llm.telemetry import NullTelemetry, OpenBudget
@@ -22,6 +23,7 @@ from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
 from ares.runtime_manager.owner import PartitionOwner
+from ares.runtime_manager.shutdown import ShutdownBudget
 from ares.service import Service
 from ares.topics import HEARTBEATS, TopicPlan
 
@@ -39,7 +41,8 @@ class RuntimeManager(Service):
                  instance_id: str | None = None, session_timeout_ms: int = 10_000,
                  heartbeat_interval_s: float = 1.0, host_config: HostConfig | None = None,
                  services: AgentServices | None = None,
-                 guard: ResurrectionGuard | None = None) -> None:
+                 guard: ResurrectionGuard | None = None,
+                 shutdown: ShutdownBudget | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
@@ -52,15 +55,19 @@ class RuntimeManager(Service):
             services = replace(services, telemetry=self.telemetry)
         # Fleet budgets: the keeper's states on ares.budgets, unless the caller plugged in
         # a gate of its own.
+        # Unreadable snapshots, schedules and budget states go to ares.dlq, once (commands
+        # are dead-lettered in their own transactions: command_handler).
+        self.letters = DeadLetters(settings, plan.name, RUNTIME_MANAGER)
         self.budget_view: KafkaBudgetView | None = None
         if isinstance(services.budget, OpenBudget):
-            self.budget_view = KafkaBudgetView(settings, plan)
+            self.budget_view = KafkaBudgetView(settings, plan, letters=self.letters)
             services = replace(services, budget=self.budget_view)
         self.host = AgentHost(settings, plan, build_registry(agents), self.worker_id,
                               services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
                                     session_timeout_ms=session_timeout_ms,
-                                    client_id=self.worker_id)
+                                    client_id=self.worker_id, shutdown=shutdown)
+        self.host.letters = self.owner.schedules.letters = self.letters
         self._heartbeat_topic = plan.name(HEARTBEATS)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._producer: AIOKafkaProducer | None = None
@@ -85,6 +92,7 @@ class RuntimeManager(Service):
             self._producer, self._heartbeat_topic, self.worker_id, self._heartbeat_interval_s,
             partitions=lambda: list(self.owner.writers), beats=self.host.beats)
         try:
+            await self.letters.start()
             if self.telemetry is not None:  # before the owner resumes any agent
                 await self.telemetry.start()
             if self.budget_view is not None:
@@ -97,6 +105,7 @@ class RuntimeManager(Service):
                 await self.telemetry.stop()
             if self.budget_view is not None:
                 await self.budget_view.stop()
+            await self.letters.stop()
             raise
         self.heartbeats.start()
 
@@ -118,3 +127,4 @@ class RuntimeManager(Service):
             await self.telemetry.stop()
         if self.budget_view is not None:
             await self.budget_view.stop()
+        await self.letters.stop()

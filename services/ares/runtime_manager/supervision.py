@@ -179,7 +179,9 @@ async def replay_agent(host: AgentHost, state: PartitionState, hosted: HostedAge
     assert host._scanner is not None
     started = time.monotonic()
     partition = state.writer.partition
-    snapshots = await load_snapshots(host._scanner, host.plan.name(SNAPSHOTS), partition)
+    snapshots = await load_snapshots(host._scanner, host.plan.name(SNAPSHOTS), partition,
+                                     host.reject)
+    await host.flush_dead_letters()
     snapshot = snapshots.get(hosted.agent_id)
     replay = AgentReplay(hosted.agent_id, partition, snapshot, started=started,
                          load_s=time.monotonic() - started)

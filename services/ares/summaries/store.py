@@ -21,9 +21,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError
+from ares.events.kafka.dlq import Reject, reason_of
 from ares.events.kafka.errors import translate
 from ares.events.kafka.reader import PartitionScanner
 from ares.events.model import utc_now
@@ -120,15 +122,25 @@ class PartitionSummaries:
 
 
 async def load_summaries(scanner: PartitionScanner, topic: str, partition: int,
-                         stream_id: str | None = None) -> PartitionSummaries:
+                         stream_id: str | None = None,
+                         reject: Reject | None = None) -> PartitionSummaries:
     """The live records of one partition of ``ares.summaries`` (only ``stream_id``'s when
     given). A compacted topic may still hold superseded records: the last one per key wins;
-    an unreadable record is skipped with a warning."""
+    an unreadable record is skipped with a warning, and handed to ``reject`` (dead letters)
+    when given and the whole partition is read."""
     loaded = PartitionSummaries(partition)
     prefix = None if stream_id is None else f"{stream_id}:".encode()
+
+    def rejected(record: ConsumerRecord, reason: str, detail: str) -> None:
+        if reject is not None and stream_id is None:
+            reject(record, reason, detail)
+
     async for record in scanner.scan_records(TopicPartition(topic, partition)):
         raw_key: bytes | None = record.key
-        if raw_key is None or (prefix is not None and not raw_key.startswith(prefix)):
+        if raw_key is None:
+            rejected(record, "invalid_summary", "a record without a key")
+            continue
+        if prefix is not None and not raw_key.startswith(prefix):
             continue
         key = raw_key.decode(errors="replace")
         try:
@@ -137,7 +149,11 @@ async def load_summaries(scanner: PartitionScanner, topic: str, partition: int,
                     loaded.trims.append(TrimRecord.decode(record.value, record.timestamp))
                 continue
             parsed = parse_summary_key(key)
-            if parsed is None or (stream_id is not None and parsed[0] != stream_id):
+            if parsed is None:
+                rejected(record, "invalid_summary",
+                         f"key {key[:100]!r} is not <stream>:<from>-<to>")
+                continue
+            if stream_id is not None and parsed[0] != stream_id:
                 continue
             if record.value is None:
                 loaded.delete(key)
@@ -146,9 +162,12 @@ async def load_summaries(scanner: PartitionScanner, topic: str, partition: int,
         except SchemaError as exc:
             log.warning("skipping unreadable record %s at %s/%d@%d: %s", key, topic,
                         partition, record.offset, exc)
+            rejected(record, reason_of(exc, "invalid_summary"), str(exc))
             continue
         if summary.key != key:
             log.warning("skipping summary filed under %s but covering %s", key, summary.key)
+            rejected(record, "key_mismatch",
+                     f"summary of {summary.key!r} filed under key {key[:100]!r}")
             continue
         loaded.put(summary, record.timestamp)
     return loaded

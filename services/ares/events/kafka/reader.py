@@ -177,6 +177,8 @@ class PartitionScanner:
             decoded = []
             for record in records:
                 try:
+                    if record.value is None:  # only a foreign producer writes one
+                        raise SchemaError("empty: a record without a value")
                     decoded.append((record.offset, decode_event(record.value)))
                 except SchemaError as exc:
                     self.undecodable += 1

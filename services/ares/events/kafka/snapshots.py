@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from ares.errors import SchemaError
+from ares.events.kafka.dlq import Reject, reason_of
 from ares.events.kafka.reader import PartitionScanner
 from ares.events.model import utc_now
 from ares.events.wire.canonical import canonical_json
@@ -64,8 +65,8 @@ class Snapshot:
                    record["incarnation"], record["taken_at"])
 
 
-async def load_snapshots(scanner: PartitionScanner, topic: str,
-                         partition: int) -> dict[str, Snapshot]:
+async def load_snapshots(scanner: PartitionScanner, topic: str, partition: int,
+                         reject: Reject | None = None) -> dict[str, Snapshot]:
     """The latest readable snapshot of every stream of one partition of ``ares.snapshots``.
 
     A compacted topic may still hold older snapshots of a key: the last one wins. An
@@ -75,6 +76,10 @@ async def load_snapshots(scanner: PartitionScanner, topic: str,
     latest: dict[str, Snapshot] = {}
     async for record in scanner.scan_records(TopicPartition(topic, partition)):
         if record.value is None:  # a tombstone: the stream's snapshots were deleted
+            if record.key is None:
+                if reject is not None:
+                    reject(record, "invalid_snapshot", "a tombstone without a key")
+                continue
             latest.pop(record.key.decode(errors="replace"), None)
             continue
         try:
@@ -82,6 +87,8 @@ async def load_snapshots(scanner: PartitionScanner, topic: str,
         except SchemaError as exc:
             log.warning("discarding unreadable snapshot at %s/%d@%d: %s", topic, partition,
                         record.offset, exc)
+            if reject is not None:
+                reject(record, reason_of(exc, "invalid_snapshot"), str(exc))
             continue
         latest[snapshot.stream_id] = snapshot
     return latest

@@ -160,7 +160,7 @@ class KafkaEventStore:
                         if (key is not None and record.key != key) or record.timestamp < since_ms:
                             continue
                         try:
-                            event = decode_event(record.value)
+                            event = decode_event(record.value or b"")
                         except SchemaError as exc:
                             log.error("subscription skips undecodable record %s/%d@%d: %s",
                                       record.topic, record.partition, record.offset, exc)
