@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "events append": ("s1", "--type", "note.added", "--payload", "{}"),
     "topics apply": (),
     "topics list": (),
+    "acls apply": (),
     "replay": ("s1", "--to", "1", "--json"),
     "audit verify": ("--all",),
     "projections rebuild": (),
@@ -69,6 +70,10 @@ OFFLINE = {
     "schemas sync": "copies schemas/ into the package",
     "schemas export": "renders schemas/ as documents for other languages",
     "chaos": "starts a broker of its own",
+    "keys create": "writes a key file and the keyring",
+    "keys list": "reads the keyring file",
+    "keys rotate": "rewrites a key file and the keyring",
+    "acls plan": "derives the ACLs from topics.yaml and the services' needs",
 }
 # Lines a command may print before its error: the demo's and bench's progress, the JSON
 # log of `ares run` services.

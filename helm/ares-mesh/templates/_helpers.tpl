@@ -80,6 +80,22 @@ Secrets: the user's own (existingSecret) or the one the chart renders from the v
 {{- end -}}
 {{- end -}}
 
+{{/*
+The Kafka credentials of one service: its own Secret (kafka.sasl.services.<key>.existingSecret),
+the one the chart renders from its own username/password, else the shared one.
+Call with (dict "root" $ "key" "runtimeManager" "component" "runtime-manager").
+*/}}
+{{- define "ares-mesh.kafkaSecretFor" -}}
+{{- $own := index (.root.Values.kafka.sasl.services | default dict) .key | default dict -}}
+{{- if $own.existingSecret -}}
+{{- $own.existingSecret -}}
+{{- else if $own.username -}}
+{{- printf "%s-kafka-%s" (include "ares-mesh.fullname" .root | trunc 40 | trimSuffix "-") .component -}}
+{{- else -}}
+{{- include "ares-mesh.kafkaSecretName" .root -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "ares-mesh.postgresSecretName" -}}
 {{- default (printf "%s-postgres" (include "ares-mesh.fullname" .)) .Values.postgres.existingSecret -}}
 {{- end -}}
@@ -170,7 +186,11 @@ ARES_ARENA: {{ ternary "1" "0" (.Values.settings.arena | default false) | quote 
 {{- end }}
 {{- end -}}
 
-{{/* Kafka credentials as env; call with (dict "root" $ "secret" <name>). */}}
+{{/*
+Kafka credentials; call with (dict "root" $ "secret" <name>). The username as env, the
+password as a file of the Secret mounted at /etc/ares/kafka-sasl (ares-mesh.volumes): an
+environment variable would show in /proc/<pid>/environ.
+*/}}
 {{- define "ares-mesh.kafkaSecretEnv" -}}
 {{- if .secret }}
 - name: ARES_KAFKA_SASL_USERNAME
@@ -178,15 +198,12 @@ ARES_ARENA: {{ ternary "1" "0" (.Values.settings.arena | default false) | quote 
     secretKeyRef:
       name: {{ .secret }}
       key: {{ .root.Values.kafka.sasl.usernameKey }}
-- name: ARES_KAFKA_SASL_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .secret }}
-      key: {{ .root.Values.kafka.sasl.passwordKey }}
+- name: ARES_KAFKA_SASL_PASSWORD_FILE
+  value: "/etc/ares/kafka-sasl/password"
 {{- end }}
 {{- end -}}
 
-{{/* Volumes; call with (dict "root" $ "topics" <ConfigMap name>). */}}
+{{/* Volumes; call with (dict "root" $ "topics" <ConfigMap name> "kafkaSecret" <name or "">). */}}
 {{- define "ares-mesh.volumes" -}}
 - name: topics
   configMap:
@@ -200,17 +217,32 @@ ARES_ARENA: {{ ternary "1" "0" (.Values.settings.arena | default false) | quote 
     secretName: {{ .root.Values.kafka.tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
+{{- with .kafkaSecret }}
+- name: kafka-sasl
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: {{ $.root.Values.kafka.sasl.passwordKey }}
+        path: password
+{{- end }}
 {{- end -}}
 
+{{/* Mounts; call with (dict "root" $ "kafkaSecret" <name or "">). */}}
 {{- define "ares-mesh.volumeMounts" -}}
 - name: topics
   mountPath: /etc/ares/topics
   readOnly: true
 - name: tmp
   mountPath: /tmp
-{{- if include "ares-mesh.tlsEnabled" . }}
+{{- if include "ares-mesh.tlsEnabled" .root }}
 - name: kafka-tls
   mountPath: /etc/ares/kafka-tls
+  readOnly: true
+{{- end }}
+{{- if .kafkaSecret }}
+- name: kafka-sasl
+  mountPath: /etc/ares/kafka-sasl
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -234,6 +266,7 @@ The pod template of a long-running service. Call with
 {{- define "ares-mesh.servicePod" -}}
 {{- $root := .root -}}
 {{- $values := index $root.Values .key -}}
+{{- $kafkaSecret := include "ares-mesh.kafkaSecretFor" (dict "root" $root "key" .key "component" .component) -}}
 {{- /* One port per service, from its own value: an ARES_HTTP_PORT of extraEnv would leave
        the containerPort, the probes and the Service on another port than the process. */}}
 {{- if hasKey $root.Values.settings.extraEnv "ARES_HTTP_PORT" -}}
@@ -285,7 +318,7 @@ spec:
             name: {{ include "ares-mesh.fullname" $root }}-config
       {{- $env := list (printf "- name: ARES_HTTP_PORT\n  value: %q" (toString $values.httpPort))
             (.env | default "" | trim)
-            (include "ares-mesh.kafkaSecretEnv" (dict "root" $root "secret" (include "ares-mesh.kafkaSecretName" $root)) | trim)
+            (include "ares-mesh.kafkaSecretEnv" (dict "root" $root "secret" $kafkaSecret) | trim)
             (ternary (toYaml $values.extraEnv) "" (not (empty $values.extraEnv)))
           | compact | join "\n" }}
       {{- with $env }}
@@ -321,9 +354,9 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       volumeMounts:
-        {{- include "ares-mesh.volumeMounts" $root | nindent 8 }}
+        {{- include "ares-mesh.volumeMounts" (dict "root" $root "kafkaSecret" $kafkaSecret) | nindent 8 }}
   volumes:
-    {{- include "ares-mesh.volumes" (dict "root" $root "topics" (printf "%s-topics" (include "ares-mesh.fullname" $root))) | nindent 4 }}
+    {{- include "ares-mesh.volumes" (dict "root" $root "topics" (printf "%s-topics" (include "ares-mesh.fullname" $root)) "kafkaSecret" $kafkaSecret) | nindent 4 }}
   {{- with $values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}

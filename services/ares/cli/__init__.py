@@ -14,6 +14,7 @@ from importlib.metadata import version
 import click
 
 from ares import native
+from ares.cli.acls import acls
 from ares.cli.agents import agents
 from ares.cli.alerts import alerts
 from ares.cli.audit import audit
@@ -26,6 +27,7 @@ from ares.cli.demo import demo
 from ares.cli.dev import dev
 from ares.cli.events import events
 from ares.cli.events_write import append
+from ares.cli.keys import keys
 from ares.cli.projections import projections
 from ares.cli.replay import replay
 from ares.cli.run import run
@@ -85,6 +87,7 @@ cli.add_command(dev)
 cli.add_command(events)
 cli.add_command(schemas)
 cli.add_command(topics)
+cli.add_command(acls)
 cli.add_command(run)
 cli.add_command(replay)
 cli.add_command(audit)
@@ -94,6 +97,7 @@ cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(chaos)
 cli.add_command(budgets)
+cli.add_command(keys)
 events.add_command(append)
 
 

@@ -15,6 +15,7 @@ from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
 from ares.config import Settings
 from ares.events.kafka.broker_wait import wait_for_broker
+from ares.events.signing import configured_signer
 from ares.gc_policy import apply_gc_policy
 from ares.health_checker.cli import health_checker_options, health_config
 from ares.health_checker.service import HealthChecker
@@ -23,6 +24,7 @@ from ares.replay_reader.service import ReplayReaderService
 from ares.replay_reader.wiring import ENV_SCHEMA
 from ares.runtime_manager.host import HostConfig
 from ares.runtime_manager.service import RuntimeManager
+from ares.runtime_manager.shutdown import ShutdownBudget
 from ares.service import Service, serve
 from ares.topics import load_topics
 
@@ -71,10 +73,15 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
     """
     logs.configure(log_level)
     settings = settings_of(ctx).with_overrides(arena=arena or None)
+    # ARES_SIGNING_KEY_FILE / ARES_KEYRING_FILE: a key this writer cannot sign with is a
+    # setting to fix now (exit 2), not a partition takeover failing every 10 s.
+    configured_signer()
     manager = RuntimeManager(settings, load_topics(settings), agents=agent_specs,
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
-                             host_config=HostConfig(snapshot_every=snapshot_every))
+                             host_config=HostConfig(snapshot_every=snapshot_every),
+                             # ARES_SHUTDOWN_<PHASE>_S, as the Helm chart sets them
+                             shutdown=ShutdownBudget.from_env())
     _serve(ctx, manager, settings)
 
 

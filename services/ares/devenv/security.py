@@ -26,8 +26,12 @@ from pathlib import Path
 from ares.config import Settings
 from ares.devenv import kafka, process, readiness
 from ares.errors import InfrastructureError
+from ares.security.acls import Acl, plan_acls
+from ares.topics import load_topics
 
 MECHANISM = "SCRAM-SHA-512"
+__all__ = ["MECHANISM", "Acl", "ScramUser", "SecureBroker", "TlsFiles", "client_acls",
+           "make_tls", "runtime_acls", "service_acls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,41 +44,23 @@ class ScramUser:
         return f"User:{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Acl:
-    """One ALLOW rule: ``principal`` may ``operation`` on a resource."""
-
-    principal: str
-    resource_type: str  # TOPIC, GROUP, TRANSACTIONAL_ID, CLUSTER
-    name: str
-    operation: str  # READ, WRITE, DESCRIBE, ...
-    pattern: str = "LITERAL"  # or PREFIXED
-
-    def arg(self) -> str:
-        return "|".join((self.principal, self.resource_type, self.name, self.pattern,
-                         self.operation))
+def service_acls(principal: str, prefix: str, service: str,
+                 features: Sequence[str] = ()) -> list[Acl]:
+    """The ACLs of one service of ``ares.security.acls`` (``ares acls plan``) for the
+    topics of the checkout's topics.yaml under ``prefix``."""
+    plan = load_topics(Settings(topic_prefix=prefix), env={})
+    return plan_acls(plan, services=[service], principals={service: principal},
+                     features=features).acls
 
 
 def runtime_acls(principal: str, prefix: str) -> list[Acl]:
     """Least privilege of a runtime manager (docs/operations.md, "Security")."""
-    topic = f"{prefix}ares."
-    acls = [Acl(principal, "TOPIC", f"{topic}{name}", op)
-            for name, ops in (("commands", ("READ", "WRITE")), ("events", ("READ", "WRITE")),
-                              ("snapshots", ("READ", "WRITE")), ("schedules", ("READ", "WRITE")),
-                              ("replies", ("WRITE",)),
-                              ("dlq", ("WRITE",)), ("heartbeats", ("WRITE",)),
-                              ("alerts", ("WRITE",)))
-            for op in ops]
-    acls.append(Acl(principal, "GROUP", f"{prefix}ares-runtime", "READ"))
-    acls.append(Acl(principal, "TRANSACTIONAL_ID", f"{topic}events.writer-", "WRITE",
-                    "PREFIXED"))
-    return acls
+    return service_acls(principal, prefix, "runtime-manager")
 
 
 def client_acls(principal: str, prefix: str) -> list[Acl]:
     """An external system using ``ares.Client``: send commands, read its replies."""
-    return [Acl(principal, "TOPIC", f"{prefix}ares.commands", "WRITE"),
-            Acl(principal, "TOPIC", f"{prefix}ares.replies", "READ")]
+    return service_acls(principal, prefix, "producer")
 
 
 @dataclass(frozen=True, slots=True)
