@@ -80,6 +80,10 @@ class KafkaTelemetry:
             if producer is not None:
                 await producer.stop()
 
+    async def flush(self) -> None:
+        """Wait until every record sent so far is delivered (or failed)."""
+        await self._started().flush()
+
     def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
             raise RuntimeError("the LLM telemetry producer is not started")

@@ -212,6 +212,7 @@ async def test_a_restart_is_its_own_event_and_from_end_skips_the_past(
                                         restarted=False)
     await first.delta("Hel")
     await first.delta("lo")  # the worker died here: no END
+    await telemetry.flush()  # on the log before the live reader asks where its end is
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{api}/agents/{agent}/tokens?from=end") as live:
             assert (await live.content.readline()) == b": subscribed\n"
