@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 OFFLINE = {
     "dev up": "starts the local broker itself (tests/integration/test_devenv.py)",
     "dev down": "stops the local environment",
-    "dev status": "reads pid files",
+    "dev status": "reads pid files; asks only a running local broker (quorum, replication)",
     "schemas list": "reads schemas/",
     "schemas check": "compares schemas/ with the released ones",
     "schemas sync": "copies schemas/ into the package",

@@ -50,12 +50,19 @@ def read_pid(path: Path, expect: str | None = None) -> int | None:
 
 def terminate(pid: int, grace_s: float) -> None:
     """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    terminate_all([pid], grace_s)
+
+
+def terminate_all(pids: list[int], grace_s: float) -> None:
+    """``terminate`` for several process groups at once: all get SIGTERM together, then
+    SIGKILL whatever is left after ``grace_s``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10.0)
         while time.monotonic() < deadline:
-            if not pid_alive(pid):
+            if not any(pid_alive(pid) for pid in pids):
                 return
             time.sleep(0.1)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaClient, AIOKafkaProducer, TopicPartition
@@ -30,6 +30,7 @@ POLL_S = 0.25
 OFFSETS_TOPIC = "__consumer_offsets"
 
 Progress = Callable[[str], None]
+Check = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class NotServing(Exception):
@@ -39,8 +40,11 @@ class NotServing(Exception):
 async def wait_until_serving(bootstrap: str, *, timeout_s: float,
                              options: Mapping[str, Any] | None = None,
                              progress: Progress | None = None,
-                             alive: Callable[[], bool] | None = None) -> None:
+                             alive: Callable[[], bool] | None = None,
+                             brokers: int = 1) -> None:
     """Return once the broker at ``bootstrap`` passes every stage (module docstring).
+
+    ``brokers``: how many brokers the metadata answer must name (a local cluster's).
 
     ``progress`` hears each stage once, as it begins; ``alive`` (the broker's process) is
     checked between attempts so that a crashed broker fails at once, not at the deadline.
@@ -48,7 +52,10 @@ async def wait_until_serving(bootstrap: str, *, timeout_s: float,
     """
     deadline = time.monotonic() + timeout_s
     opts = dict(options or {})
-    for stage, check in _STAGES:
+    stages: list[tuple[str, Check]] = list(_STAGES)
+    if brokers > 1:
+        stages[0] = (f"a metadata answer naming {brokers} brokers", _brokers(brokers))
+    for stage, check in stages:
         if progress is not None:
             progress(f"waiting for the Kafka broker at {bootstrap}: {stage}")
         last = "no answer yet"
@@ -75,6 +82,20 @@ async def _metadata(bootstrap: str, options: dict[str, Any]) -> None:
         await client.bootstrap()
     finally:
         await client.close()
+
+
+def _brokers(expected: int) -> Check:
+    async def check(bootstrap: str, options: dict[str, Any]) -> None:
+        client = AIOKafkaClient(bootstrap_servers=bootstrap, **options)
+        try:
+            await client.bootstrap()
+            cluster = await client.fetch_all_metadata()
+            registered = len(cluster.brokers())
+            if registered < expected:
+                raise NotServing(f"{registered} of {expected} brokers registered")
+        finally:
+            await client.close()
+    return check
 
 
 async def _group_coordinator(bootstrap: str, options: dict[str, Any]) -> None:
@@ -104,7 +125,7 @@ async def _transaction_coordinator(bootstrap: str, options: dict[str, Any]) -> N
         await producer.stop()
 
 
-_STAGES = (
+_STAGES: tuple[tuple[str, Check], ...] = (
     ("a metadata answer", _metadata),
     (f"a group coordinator ({OFFSETS_TOPIC} with leaders)", _group_coordinator),
     ("a transaction coordinator (InitProducerId)", _transaction_coordinator),
