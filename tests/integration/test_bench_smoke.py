@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import asyncpg
@@ -27,10 +29,17 @@ def assert_section(report: dict[str, Any], name: str) -> None:
     json.dumps(report)  # what --json prints
 
 
-async def bench_topics_left(settings: Settings) -> list[str]:
-    async with admin_client(settings.kafka_bootstrap) as admin:
-        topics = await admin.list_topics()
-    return [t for t in topics if t.startswith(f"{settings.topic_prefix}bench-")]
+async def bench_topics_left(settings: Settings, settle_s: float = 30.0) -> list[str]:
+    """The run's benchmark topics the broker still lists, once their deletion settled:
+    a deleted topic can stay in the metadata for a moment after DeleteTopics answers."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        async with admin_client(settings.kafka_bootstrap) as admin:
+            topics = await admin.list_topics()
+        left = [t for t in topics if t.startswith(f"{settings.topic_prefix}bench-")]
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.5)
 
 
 async def test_append_bench_reports_ours_and_ceilings_for_the_same_events(

@@ -247,7 +247,7 @@ def test_refusals_and_usage_errors(env: dict[str, str], owner: Path) -> None:
     unknown_kind = ares("agents", "start", agent, "--kind", "example.nope", env=env)
     assert unknown_kind.returncode == 1
     assert "unknown agent kind 'example.nope'" in unknown_kind.stderr
-    assert "known kinds: example.chat, example.distiller, example.pipeline" in unknown_kind.stderr
+    assert "known kinds: example.assistant, example.chat, example.distiller" in unknown_kind.stderr
 
     bad_setting = ares("agents", "start", agent, "--kind", "example.pipeline", "--config",
                        '{"colour": "red"}', env=env)
