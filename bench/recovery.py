@@ -29,8 +29,18 @@ processes (static membership, ``--session-timeout-ms``) host ``--kill-agents`` b
 (ours), split into detection (kill -> the group stable without the dead member: the
 consumer group's own failover, which is the ceiling), load, replay and resume.
 
+**Worker SIGKILL with the health checker** (``recovery.failover``): ``--failover-workers``
+(3) runtime managers (heartbeat every 250 ms, static membership, ``--failover-session-
+timeout-ms`` 10 s: long enough that only the checker's removal moves the partitions) host
+``--failover-agents`` (200) busy agents beside an ``ares run health-checker``; one worker is
+SIGKILLed. Reported separately: detection (kill -> the checker's ``worker_lost`` verdict,
+the alert's timestamp: silence + tick), rebalance (verdict -> the group stable without the
+dead member: the checker's LeaveGroup, the survivors noticing it on their next group
+heartbeat, join and sync; the group is polled every 50 ms) and resume (group stable -> each
+agent's ``agent.resurrected``), and the total kill -> every agent resumed.
+
 Targets (reported, never asserted): replay >= 0.7 x raw consume+decode; SIGKILL -> every
-agent resumed p99 <= 5 s.
+agent resumed p99 <= 5 s (session timeout only), <= 1.5 s with the health checker.
 """
 
 from __future__ import annotations
@@ -56,16 +66,17 @@ from ares.client import Client
 from ares.config import Settings
 from ares.demo.processes import ServiceProcess
 from ares.events.chain import seal_encoded
-from ares.events.kafka.groups import runtime_group, until_group_settled
+from ares.events.kafka.groups import describe_group, runtime_group, until_group_settled
 from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.events.kafka.retry import connect
 from ares.events.kafka.snapshots import load_snapshots
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.wire.codec import Codec, decode_event
+from ares.health_checker.alerts import read_alerts
 from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.replay import replay_start
-from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
+from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
 from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/recovery.py: make ``bench`` importable
@@ -89,6 +100,7 @@ from bench.harness import Record as Sealed
 
 REPLAY_RATIO_TARGET = 0.7
 KILL_P99_GOAL_MS = 5000
+FAILOVER_P99_GOAL_MS = 1500
 KIND = "example.pipeline"
 MODULE = "bench"
 TASK_EVENTS = 10
@@ -361,6 +373,137 @@ async def kill_round(settings: Settings, *, agents: int, workers: int, partition
             "replay": replays, "resume": resumes}
 
 
+async def failover_round(settings: Settings, *, agents: int, workers: int, partitions: int,
+                         session_timeout_ms: int, heartbeat_s: float,
+                         workdir: Path) -> dict[str, Any]:
+    """One SIGKILL with the health checker running: detection, rebalance, resume."""
+    settings = bench_settings(settings)
+    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    await apply_topics(plan, settings)
+    env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),
+           "ARES_HTTP_PORT": "0", "ARES_LOG_LEVEL": "warning"}
+    env.pop("ARES_EXAMPLE_LEDGER_DIR", None)
+    checker = ServiceProcess("bench-health", ["health-checker", "--remove-lost-workers", "true"],
+                             env,
+                             workdir / "bench-health.log")
+    procs = [ServiceProcess(f"bench-fo{i}", [
+        "runtime-manager", "--instance-id", f"bench-fo{i}", "--session-timeout-ms",
+        str(session_timeout_ms), "--heartbeat-interval", f"{heartbeat_s:g}",
+        "--group-heartbeat-ms", "250"], env,
+        workdir / f"bench-fo{i}.log") for i in range(workers)]
+    admin = await connect(lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap),
+                          what="watching the runtime group", settings=settings)
+    group = runtime_group(settings)
+    try:
+        checker.start()
+        for proc in procs:
+            proc.start()
+        await wait_group(settings, plan, workers)
+        fleet = [f"fo-{i:04d}" for i in range(agents)]
+        await launch_fleet(settings, plan, fleet)
+        streams = await wait_streams(settings, plan, fleet, "llm.call", 60)
+        await asyncio.sleep(3.0)  # the checker has seen every worker beat for a while
+        victim = procs[0]
+        orphans = [a for a in fleet if host_of(streams[a]) == victim.name]
+        killed_at = time.time()
+        victim.kill()
+        rebalanced_at = await settled_at(admin, group, workers - 1, settings)
+        streams = await wait_streams(settings, plan, orphans, "agent.resurrected", 120)
+        lost_at = await worker_lost_at(settings, plan, victim.name, killed_at)
+        alive = checker.alive
+    finally:
+        await admin.close()
+        for proc in procs:
+            proc.kill()
+        checker.kill()
+        await delete_topics(plan, settings)
+    if lost_at is None or not alive:
+        raise RuntimeError(f"no worker_lost verdict for {victim.name} (checker alive: {alive})")
+    removed_by_checker = rebalanced_at - killed_at < session_timeout_ms / 1000
+    totals, resumes = [], []
+    for agent in orphans:
+        event = next(e for e in streams[agent] if e.type == "agent.resurrected")
+        total = event.timestamp.timestamp() - killed_at
+        totals.append(total)
+        resumes.append(max(event.timestamp.timestamp() - rebalanced_at, 0.0))
+    return {"agents": len(orphans), "detection_s": lost_at - killed_at,
+            "rebalance_s": rebalanced_at - lost_at, "total": totals, "resume": resumes,
+            "removed_by_checker": removed_by_checker}
+
+
+async def launch_fleet(settings: Settings, plan: TopicPlan, fleet: Sequence[str]) -> None:
+    async with Client(settings, plan, issuer="bench") as client:
+        gate = asyncio.Semaphore(50)
+
+        async def launch(agent: str) -> None:
+            async with gate:
+                await client.start_agent(agent, KIND)
+                await client.assign_task(agent, "t1", {"steps": 40, "step_ms": 300})
+
+        await asyncio.gather(*(launch(a) for a in fleet))
+
+
+async def settled_at(admin: AIOKafkaAdminClient, group: str, members: int,
+                     settings: Settings, timeout_s: float = 60.0) -> float:
+    """Polled every 50 ms: when ``group`` is stable with exactly ``members`` members."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = await describe_group(admin, group, settings=settings)
+        if view.settled_with(members, exactly=True):
+            return time.time()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the runtime group did not settle: {view}")
+        await asyncio.sleep(0.05)
+
+
+async def worker_lost_at(settings: Settings, plan: TopicPlan, worker: str,
+                         since: float) -> float | None:
+    """When the checker declared ``worker`` lost (the alert's own timestamp)."""
+    consumer = new_consumer(settings, fetch_max_wait_ms=5)
+    await consumer.start()
+    try:
+        async for alert in read_alerts(consumer, plan.name(ALERTS),
+                                       plan.topic(ALERTS).partitions, since - 1.0):
+            details = alert.get("details") or {}
+            if alert.get("kind") == "worker_lost" and details.get("worker") == worker:
+                return float(alert["timestamp"].timestamp())
+    finally:
+        await consumer.stop()
+    return None
+
+
+def failover_section(rounds: Sequence[Mapping[str, Any]], session_timeout_ms: int,
+                     workers: int, heartbeat_s: float) -> Section:
+    """All rounds' agents together: kill -> resumed, with detection and rebalance apart;
+    the ceiling is the group's own failover (kill -> stable without the member)."""
+    total = latency_summary([x for r in rounds for x in r["total"]])
+    detection = latency_summary([r["detection_s"] for r in rounds])
+    rebalance = latency_summary([r["rebalance_s"] for r in rounds])
+    resume = latency_summary([x for r in rounds for x in r["resume"]])
+    ceiling = latency_summary([r["detection_s"] + r["rebalance_s"] for r in rounds])
+
+    def brief(summary: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in summary.items() if k in ("p50_ms", "p99_ms", "max_ms")}
+
+    result = section(
+        "recovery.failover", "p99_ms",
+        {**total, "agents": sum(r["agents"] for r in rounds),
+         "phases": {"detection_ms": brief(detection), "rebalance_ms": brief(rebalance),
+                    "resume_ms": brief(resume)}},
+        ceiling, higher_is_better=False,
+        what=f"worker SIGKILL -> every agent it hosted resumed (agent.resurrected), "
+             f"{workers} workers, heartbeat {heartbeat_s:g}s, the health checker removing "
+             f"the lost worker from the group (session timeout {session_timeout_ms} ms); "
+             "ceiling: SIGKILL -> the group stable without the dead member",
+    )
+    result["goal"] = {"ours.p99_ms": FAILOVER_P99_GOAL_MS,
+                      "met": total["p99_ms"] <= FAILOVER_P99_GOAL_MS}
+    result["removed_by_checker"] = all(r["removed_by_checker"] for r in rounds)
+    result["rounds"] = len(rounds)
+    return result
+
+
 async def wait_group(settings: Settings, plan: TopicPlan, members: int,
                      timeout_s: float = 60.0) -> float:
     """Poll until the runtime group is stable with ``members`` members; that epoch time."""
@@ -450,7 +593,10 @@ def kill_section(kills: Sequence[Mapping[str, Any]], session_timeout_ms: int,
 async def run(settings: Settings, *, agents: int = 100, events: int = 1000, tail: int = 100,
               rounds: int = 3, kill_agents: int = 100, kill_workers: int = 2,
               kill_partitions: int = 6, kill_rounds: int = 1,
-              session_timeout_ms: int = 3000) -> Section:
+              session_timeout_ms: int = 3000, failover_agents: int = 200,
+              failover_workers: int = 3, failover_rounds: int = 1,
+              failover_session_timeout_ms: int = 10_000,
+              failover_heartbeat_s: float = 0.25) -> Section:
     """The ``recovery`` report section (topics of its own, deleted at the end)."""
     where = machine()
     names = [f"agent-{i:04d}" for i in range(agents)]
@@ -488,6 +634,15 @@ async def run(settings: Settings, *, agents: int = 100, events: int = 1000, tail
                                       session_timeout_ms=session_timeout_ms,
                                       workdir=Path(workdir)) for _ in range(kill_rounds)]
         parts["kill"] = kill_section(kills, session_timeout_ms, kill_workers)
+    if failover_rounds > 0:
+        with tempfile.TemporaryDirectory(prefix="ares-bench-failover-") as workdir:
+            failovers = [await failover_round(
+                settings, agents=failover_agents, workers=failover_workers,
+                partitions=kill_partitions, session_timeout_ms=failover_session_timeout_ms,
+                heartbeat_s=failover_heartbeat_s, workdir=Path(workdir))
+                for _ in range(failover_rounds)]
+        parts["failover"] = failover_section(failovers, failover_session_timeout_ms,
+                                             failover_workers, failover_heartbeat_s)
     report["parts"] = parts
     report["goal"] = {"ratio": REPLAY_RATIO_TARGET, "met": bool(
         report["ratio"] is not None and report["ratio"] >= REPLAY_RATIO_TARGET)}
@@ -495,6 +650,11 @@ async def run(settings: Settings, *, agents: int = 100, events: int = 1000, tail
                         "rounds": max(1, rounds), "kill_agents": kill_agents,
                         "kill_workers": kill_workers, "kill_partitions": kill_partitions,
                         "kill_rounds": kill_rounds, "session_timeout_ms": session_timeout_ms,
+                        "failover_agents": failover_agents,
+                        "failover_workers": failover_workers,
+                        "failover_rounds": failover_rounds,
+                        "failover_session_timeout_ms": failover_session_timeout_ms,
+                        "failover_heartbeat_s": failover_heartbeat_s,
                         "transaction_size": TRANSACTION_SIZE}
     report["machine"] = where
     return report
@@ -516,6 +676,16 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                         help="SIGKILL measurements (0: skip)")
     parser.add_argument("--session-timeout-ms", type=int, default=3000,
                         help="the workers' session timeout: bounds detection")
+    parser.add_argument("--failover-agents", type=int, default=200,
+                        help="agents of the SIGKILL-with-health-checker measurement")
+    parser.add_argument("--failover-workers", type=int, default=3,
+                        help="runtime-manager processes there (one is killed)")
+    parser.add_argument("--failover-rounds", type=int, default=1,
+                        help="SIGKILL-with-health-checker measurements (0: skip)")
+    parser.add_argument("--failover-session-timeout-ms", type=int, default=10_000,
+                        help="the workers' session timeout there (the checker beats it)")
+    parser.add_argument("--failover-heartbeat-s", type=float, default=0.25,
+                        help="the workers' heartbeat interval there")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class Settings:
             "api_tokens": _secret(env, "ARES_API_TOKENS"),
             "api_reads": env.get("ARES_API_READS") or "open",
             "api_session_key": _secret(env, "ARES_API_SESSION_KEY"),
-            "arena": _bool_setting(env, "ARES_ARENA"),
+            "arena": bool_setting(env, "ARES_ARENA"),
             "dedupe_window": _int_setting(env, "ARES_DEDUPE_WINDOW", DEFAULT_DEDUPE_WINDOW),
             "http_tls_cert_file": env.get("ARES_HTTP_TLS_CERT_FILE") or None,
             "http_tls_key_file": env.get("ARES_HTTP_TLS_KEY_FILE") or None,
@@ -328,7 +328,8 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-def _bool_setting(env: Mapping[str, str], name: str) -> bool:
+def bool_setting(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no variable (1/0, true/false, yes/no, on/off); unset or empty: no."""
     raw = env.get(name, "").strip().lower()
     if raw in _TRUE:
         return True

@@ -52,6 +52,11 @@ def run() -> None:
 @click.option("--heartbeat-interval", type=click.FloatRange(0.1, 60), default=1.0,
               envvar="ARES_HEARTBEAT_INTERVAL_S", show_envvar=True, show_default=True,
               help="Seconds between the batched heartbeats of this worker's agents.")
+@click.option("--group-heartbeat-ms", type=click.IntRange(100, 10_000), default=1000,
+              envvar="ARES_GROUP_HEARTBEAT_MS", show_envvar=True, show_default=True,
+              help="Consumer-group heartbeat: how soon this worker hears of a rebalance, so "
+                   "the floor of a failover (250 with the health checker's "
+                   "--remove-lost-workers true for sub-second failover, docs/health.md).")
 @click.option("--snapshot-every", type=click.IntRange(1), default=200, show_default=True,
               envvar="ARES_SNAPSHOT_EVERY", show_envvar=True,
               help="Events of an agent between automatic snapshots.")
@@ -63,7 +68,8 @@ def run() -> None:
 @click.pass_context
 def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout_ms: int,
                     agent_specs: tuple[str, ...], heartbeat_interval: float,
-                    snapshot_every: int, arena: bool | None, log_level: str) -> None:
+                    group_heartbeat_ms: int, snapshot_every: int, arena: bool | None,
+                    log_level: str) -> None:
     """Owns partitions of the event log and hosts their agents.
 
     Every instance joins the consumer group <prefix>ares-runtime; the owner of partition p
@@ -79,6 +85,7 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
     manager = RuntimeManager(settings, load_topics(settings), agents=agent_specs,
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
+                             group_heartbeat_ms=group_heartbeat_ms,
                              host_config=HostConfig(snapshot_every=snapshot_every),
                              # ARES_SHUTDOWN_<PHASE>_S, as the Helm chart sets them
                              shutdown=ShutdownBudget.from_env())

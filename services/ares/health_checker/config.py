@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from ares.config import bool_setting
 from ares.errors import ConfigError
 
 
@@ -44,6 +45,12 @@ class HealthConfig:
     # How far back the state is rebuilt from ares.events and ares.heartbeats on start and
     # on every partition assignment. None: twice the longest window above.
     lookback_s: float | None = None
+    # A worker_lost verdict also takes the worker out of the runtime's consumer group
+    # (KIP-345 LeaveGroup), so its partitions move at once instead of after the session
+    # timeout. Off by default: a worker whose loop stalls past the silence (load, a long
+    # GC) then pays a rebalance, which only the operator can weigh against faster
+    # failover (docs/health.md).
+    remove_lost_workers: bool = False
     webhook_url: str | None = None
     webhook_attempts: int = 8
     webhook_timeout_s: float = 10.0
@@ -65,6 +72,8 @@ class HealthConfig:
                 raise ConfigError(f"{key} must be {_KIND_NAMES[kind]} (got {raw!r})") from None
         if (timeouts := env.get("ARES_HEALTH_STEP_TIMEOUTS")):
             values["step_timeouts"] = parse_step_timeouts(timeouts, "ARES_HEALTH_STEP_TIMEOUTS")
+        if env.get("ARES_HEALTH_REMOVE_LOST_WORKERS"):
+            values["remove_lost_workers"] = bool_setting(env, "ARES_HEALTH_REMOVE_LOST_WORKERS")
         if (url := env.get("ARES_ALERT_WEBHOOK_URL")):
             values["webhook_url"] = url
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -46,6 +46,9 @@ class HealthMetrics:
                               registry=registry)
         self.webhook = Counter("ares_health_webhook_posts", "Alert webhook posts",
                                ["result"], registry=registry)
+        self.removals = Counter("ares_health_members_removed",
+                                "Lost workers removed from the runtime's consumer group",
+                                ["result"], registry=registry)
         self.live_partitions = Gauge("ares_health_partitions_live",
                                      "Partitions with a rebuilt state", registry=registry)
         for outcome in Outcome:

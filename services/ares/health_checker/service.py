@@ -11,7 +11,13 @@ loops have ended, those in flight get ``request_timeout_s`` to finish.
   resurrection guard decide; the verdict names the incarnation it was reached for in the
   command metadata (``ares.incarnation``);
 * alerts are Avro ``ares.v1.Alert`` records on ``ares.alerts`` (idempotent producer,
-  acks=all), keyed by agent id (worker id for ``worker_lost``).
+  acks=all), keyed by agent id (worker id for ``worker_lost``);
+* with ``remove_lost_workers`` (``ARES_HEALTH_REMOVE_LOST_WORKERS``), a ``worker_lost``
+  verdict also removes the worker's member from the runtime managers' consumer group
+  (KIP-345 LeaveGroup by ``group.instance.id``, ``groups.remove_member``), beside the
+  alert and without waiting for it: its partitions move at once instead of after the
+  session timeout, and their new owners fence its writers. A worker that was only slow
+  rejoins as a new member: expelled, its warm state is dropped (``owner``).
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ from ares.commands.model import Command, ReplyStatus
 from ares.config import Settings
 from ares.errors import AresError
 from ares.events.kafka.dlq import HEALTH_CHECKER, DeadLetters
-from ares.events.kafka.groups import describe_group, runtime_group
+from ares.events.kafka.groups import describe_group, remove_member, runtime_group
 from ares.health_checker.alerts import alert_record
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.detector import HealthState
 from ares.health_checker.feed import Feed
 from ares.health_checker.metrics import HealthMetrics
 from ares.health_checker.model import (
+    WORKER_LOST,
     Action,
     DeclareDead,
     GroupState,
@@ -86,7 +93,11 @@ class HealthChecker(Service):
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_ACTIONS_IN_FLIGHT)
         self._group_checked = 0.0
+        self._member_ids: dict[str, str] = {}  # client id -> member id, last described
+        self._removals: set[str] = set()  # worker_lost verdicts whose removal was started
         self.sent: list[Action] = []  # delivered actions, oldest first (tests, debugging)
+        # lost workers taken out of the runtime's group: (worker, how, when), oldest first
+        self.removed: list[tuple[str, str, float]] = []
 
     @property
     def ready(self) -> bool:
@@ -150,6 +161,10 @@ class HealthChecker(Service):
             if self.state.overdue_workers(now) and now - self._group_checked > GROUP_REFRESH_S:
                 await self._describe_group(now)
             for action in self.state.due(now):
+                if (self.config.remove_lost_workers and isinstance(action, RaiseAlert)
+                        and action.kind == WORKER_LOST and action.id not in self._removals):
+                    self._removals.add(action.id)  # once per verdict, not per alert retry
+                    self._start(self._remove_member(action.details.get("worker", "")))
                 await self._slots.acquire()
                 task = asyncio.create_task(self._carry_out(action))
                 self._actions.add(task)
@@ -171,8 +186,38 @@ class HealthChecker(Service):
             log.warning("cannot describe group %s (%s): judging workers on heartbeats alone",
                         self.runtime_group, exc)
             return
+        self._member_ids = {m.client_id: m.member_id for m in view.members}
         self.state.observe_group(GroupState(view.state in STABLE_GROUP_STATES,
                                             view.client_ids, time.time()))
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._actions.add(task)
+        task.add_done_callback(self._actions.discard)
+
+    async def _remove_member(self, worker: str) -> None:
+        """Take a lost worker out of the runtime's group now: the rebalance starts at once
+        instead of after its session timeout. Best effort: if it fails, the session
+        timeout still moves the partitions."""
+        view = self.state.workers.get(worker)
+        if not worker or view is None or not view.lost:
+            return  # it beat again meanwhile: a member now is a live one
+        assert self._admin is not None
+        try:
+            how = await asyncio.wait_for(
+                remove_member(self._admin, self.runtime_group, worker,
+                              member_id=self._member_ids.get(worker)),
+                self.settings.request_timeout_s)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self.metrics.removals.labels("failed").inc()
+            log.warning("lost worker %s not removed from group %s (its session timeout "
+                        "will): %r", worker, self.runtime_group, exc)
+            return
+        self.metrics.removals.labels(how).inc()
+        self.removed.append((worker, how, time.time()))
+        log.warning("lost worker %s: %s", worker,
+                    f"removed from group {self.runtime_group} ({how} member)"
+                    if how != "absent" else f"no longer in group {self.runtime_group}")
 
     # -- actions -------------------------------------------------------------------------
 

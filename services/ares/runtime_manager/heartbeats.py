@@ -5,6 +5,12 @@ agents; one ``ares.v1.Heartbeat`` per partition carries them all (a few dozen by
 agent) and keeps partition p's heartbeats on partition p of ``ares.heartbeats``, where the
 health checker that tracks p's agents reads them. A record with no agents still says the
 worker is alive.
+
+The interval (``ares run runtime-manager --heartbeat-interval``, default 1 s) bounds how
+soon the health checker declares a worker lost (three silent intervals); with its
+``--remove-lost-workers true`` the lost worker then leaves the runtime's consumer group at
+once, so 250 ms here gives sub-second failover (docs/health.md). Beats keep a fixed
+cadence (the time a send took is not added to the interval).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from ares.events.wire.schemas import HEARTBEAT
 from ares.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+DEFAULT_INTERVAL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -85,9 +92,12 @@ class HeartbeatEmitter:
         self.sent += len(records)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
             try:
                 await self.beat_once()
             except KafkaError as exc:  # liveness is best effort; the next beat may pass
                 log.warning("heartbeat not sent: %s", exc)
-            await asyncio.sleep(self._interval_s)
+            due = max(due + self._interval_s, loop.time())  # no burst after a stall
+            await asyncio.sleep(due - loop.time())

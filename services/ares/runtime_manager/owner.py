@@ -66,7 +66,8 @@ class PartitionOwner:
     def __init__(self, settings: Settings, plan: TopicPlan,
                  host: PartitionHost | None = None, instance_id: str | None = None,
                  session_timeout_ms: int = 10_000, client_id: str | None = None,
-                 arena: Arena | None = None, shutdown: ShutdownBudget | None = None) -> None:
+                 arena: Arena | None = None, shutdown: ShutdownBudget | None = None,
+                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
@@ -94,6 +95,9 @@ class PartitionOwner:
         self.client_id = client_id or instance_id or "ares-runtime"
         self._admin: AIOKafkaAdminClient | None = None
         self._session_timeout_ms = session_timeout_ms
+        # How soon this member hears of a rebalance (the coordinator answers a heartbeat
+        # with REBALANCE_IN_PROGRESS): the floor of a failover's hand-over to survivors.
+        self._group_heartbeat_ms = group_heartbeat_ms
         self.shutdown = shutdown or ShutdownBudget()
         self._suspended: dict[int, PartitionWriter] = {}
         self._handled: dict[int, int] = {}  # partition -> next command offset to handle
@@ -129,7 +133,7 @@ class PartitionOwner:
             client_id=self.client_id,
             partition_assignment_strategy=(StickyPartitionAssignor,),
             session_timeout_ms=self._session_timeout_ms,
-            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            heartbeat_interval_ms=self._group_heartbeat_ms,
             max_poll_records=500,
         )
         try:

@@ -22,7 +22,7 @@ from ares.llm.telemetry import NullTelemetry, OpenBudget
 from ares.runtime_manager.guard import ResurrectionGuard
 from ares.runtime_manager.heartbeats import HeartbeatEmitter
 from ares.runtime_manager.host import AgentHost, HostConfig
-from ares.runtime_manager.owner import PartitionOwner
+from ares.runtime_manager.owner import HEARTBEAT_INTERVAL_MS, PartitionOwner
 from ares.runtime_manager.shutdown import ShutdownBudget
 from ares.service import Service
 from ares.topics import HEARTBEATS, TopicPlan
@@ -42,7 +42,8 @@ class RuntimeManager(Service):
                  heartbeat_interval_s: float = 1.0, host_config: HostConfig | None = None,
                  services: AgentServices | None = None,
                  guard: ResurrectionGuard | None = None,
-                 shutdown: ShutdownBudget | None = None) -> None:
+                 shutdown: ShutdownBudget | None = None,
+                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
         super().__init__()
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
@@ -66,7 +67,8 @@ class RuntimeManager(Service):
                               services=services, guard=guard, config=host_config)
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
                                     session_timeout_ms=session_timeout_ms,
-                                    client_id=self.worker_id, shutdown=shutdown)
+                                    client_id=self.worker_id, shutdown=shutdown,
+                                    group_heartbeat_ms=group_heartbeat_ms)
         self.host.letters = self.owner.schedules.letters = self.letters
         self._heartbeat_topic = plan.name(HEARTBEATS)
         self._heartbeat_interval_s = heartbeat_interval_s
