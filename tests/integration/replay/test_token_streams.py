@@ -332,8 +332,10 @@ async def _tail(env: dict[str, str], agent: str, *flags: str, lines: int,
             got = [(await proc.stdout.readline()).decode().rstrip("\n") for _ in range(lines)]
         proc.send_signal(stop)
         async with asyncio.timeout(WAIT_S):
-            code = await proc.wait()
-            errors = (await proc.stderr.read()).decode()
+            # Both pipes read while it exits: a full stderr pipe would block it for ever.
+            _, stderr = await proc.communicate()
+            code = proc.returncode
+            errors = stderr.decode()
     finally:
         if proc.returncode is None:
             proc.kill()
