@@ -380,18 +380,6 @@ def test_tail_ends_on_timeout(env: Settings) -> None:
     assert time.monotonic() - started < 60
 
 
-@pytest.fixture
-def sigint_not_ignored() -> Iterator[None]:
-    """A suite started in the background by a shell without job control runs with SIGINT
-    ignored, and a child inherits that: its Ctrl-C would do nothing, by Unix convention.
-    The child of this test must get the default disposition (Python's KeyboardInterrupt)."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.usefixtures("sigint_not_ignored")
 def test_tail_ends_cleanly_on_a_signal(env: Settings, sig: signal.Signals) -> None:

@@ -53,6 +53,7 @@ def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> N
     assert "team-1" in team_resurrected
 
 
+@pytest.mark.usefixtures("sigint_not_ignored")  # it stops the demo with Ctrl-C
 def test_the_demo_with_ui_ends_in_the_arena(kafka_bootstrap: str, tmp_path: Path) -> None:
     """``--ui``: after the report the dashboard keeps running and its URL is printed (with
     the operator token, once, and nowhere else); it serves the fleet and refuses a write

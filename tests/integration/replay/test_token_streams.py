@@ -293,6 +293,7 @@ async def test_the_endpoint_is_documented(api: str) -> None:
 # -- ares agents tail --tokens -------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("sigint_not_ignored")  # it stops the tail with Ctrl-C
 async def test_the_cli_prints_a_stream(telemetry: KafkaTelemetry,
                                        rp_settings: Settings) -> None:
     agent = agent_id()
