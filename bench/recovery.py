@@ -338,15 +338,7 @@ async def kill_round(settings: Settings, *, agents: int, workers: int, partition
             proc.start()
         await wait_group(settings, plan, workers)
         fleet = [f"kill-{i:04d}" for i in range(agents)]
-        async with Client(settings, plan, issuer="bench") as client:
-            gate = asyncio.Semaphore(50)
-
-            async def launch(agent: str) -> None:
-                async with gate:
-                    await client.start_agent(agent, KIND)
-                    await client.assign_task(agent, "t1", {"steps": 40, "step_ms": 300})
-
-            await asyncio.gather(*(launch(a) for a in fleet))
+        await launch_fleet(settings, plan, fleet)
         streams = await wait_streams(settings, plan, fleet, "llm.call", 60)
         victim = procs[0]
         orphans = [a for a in fleet if host_of(streams[a]) == victim.name]

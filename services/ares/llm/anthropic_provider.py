@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ares.llm.base import LlmRequestError, LlmUnavailableError
 from ares.llm.chat import (
@@ -25,7 +25,6 @@ from ares.llm.chat import (
     ToolSpec,
 )
 from ares.llm.openai_provider import (
-    NO_KEY,
     SdkProvider,
     describe,
     import_sdk,
@@ -34,9 +33,6 @@ from ares.llm.openai_provider import (
     transport_error,
     unreadable,
 )
-
-if TYPE_CHECKING:
-    import anthropic
 
 DEFAULT_MAX_TOKENS = 1024  # the API requires max_tokens; ours when the call gives none
 _STOP = {"end_turn": STOP_END, "stop_sequence": STOP_END, "tool_use": STOP_TOOL_CALLS,
@@ -90,12 +86,7 @@ class AnthropicProvider(SdkProvider):
 
     provider = "anthropic"
     sdk_module = "anthropic"
-
-    def _connect(self, sdk: Any) -> anthropic.AsyncAnthropic:
-        client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
-            base_url=self._settings.base_url, api_key=self._settings.api_key or NO_KEY,
-            max_retries=0, timeout=self._settings.timeout_s)
-        return client
+    client_class = "AsyncAnthropic"
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
                    tools: Sequence[ToolSpec] = (), model: str | None = None,

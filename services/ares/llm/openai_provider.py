@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from ares.errors import ConfigError
 from ares.llm.base import LlmError, LlmRequestError, LlmResult, LlmUnavailableError
@@ -36,9 +36,6 @@ from ares.llm.chat import (
     check_messages,
     user,
 )
-
-if TYPE_CHECKING:
-    import openai
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +220,7 @@ class SdkProvider:
 
     provider = ""
     sdk_module = ""
+    client_class = ""  # the SDK's async client, e.g. AsyncOpenAI
 
     def __init__(self, settings: LlmSettings) -> None:
         settings.validate()
@@ -260,12 +258,14 @@ class SdkProvider:
             self._client = None
 
     def _open(self) -> Any:
+        """The SDK's async client: its own retries off (the caller's RetryPolicy retries,
+        honouring Retry-After)."""
         if self._client is None:
-            self._client = self._connect(import_sdk(self.sdk_module, self.sdk_module))
+            sdk = import_sdk(self.sdk_module, self.sdk_module)
+            self._client = getattr(sdk, self.client_class)(
+                base_url=self._settings.base_url, api_key=self._settings.api_key or NO_KEY,
+                max_retries=0, timeout=self._settings.timeout_s)
         return self._client
-
-    def _connect(self, sdk: Any) -> Any:
-        raise NotImplementedError
 
     async def complete(self, prompt: str, model: str | None = None,
                        **params: Any) -> LlmResult:
@@ -292,12 +292,7 @@ class OpenAIProvider(SdkProvider):
 
     provider = "openai"
     sdk_module = "openai"
-
-    def _connect(self, sdk: Any) -> openai.AsyncOpenAI:
-        client: openai.AsyncOpenAI = sdk.AsyncOpenAI(
-            base_url=self._settings.base_url, api_key=self._settings.api_key or NO_KEY,
-            max_retries=0, timeout=self._settings.timeout_s)
-        return client
+    client_class = "AsyncOpenAI"
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
                    tools: Sequence[ToolSpec] = (), model: str | None = None,
