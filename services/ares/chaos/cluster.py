@@ -1,9 +1,11 @@
-"""The chaos run's own infrastructure: an isolated broker (and database), proxies, services.
+"""The chaos run's own infrastructure: isolated brokers (and database), proxies, services.
 
-Nothing here touches the shared development broker or database: the run roots its broker
-(and, when a service needs one, its PostgreSQL) in its work directory on free ports, so it
-may SIGKILL them at will. Every proxied service has its own broker listener, advertised at
-its proxy's address: the service's clients reach the broker only through that proxy.
+Nothing here touches the shared development broker or database: the run roots its broker,
+or its three-node KRaft cluster (``--cluster 3``), and, when a service needs one, its
+PostgreSQL in its work directory on free ports, so it may SIGKILL them at will. Every
+proxied service has its own listener on every broker, advertised at its proxy's address:
+its clients reach the brokers only through those proxies; on a cluster the brokers reach
+each other through proxies as well (``ares.chaos.mesh``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ares.chaos.mesh import NODE, Mesh, build_mesh
 from ares.chaos.proxy import BuiltinProxies, Proxies, Toxiproxy
 from ares.chaos.toxiproxy import ToxiproxyServer, ensure_binary, free_port
 from ares.devenv import kafka as dev_kafka
@@ -25,6 +28,8 @@ from ares.devenv import postgres as dev_postgres
 from ares.devenv.process import pid_alive, tail
 from ares.errors import InfrastructureError
 from ares.service import spawn
+
+LOAD = "load"  # the load's clients: a proxied client of their own on a cluster
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:
@@ -92,70 +97,75 @@ class Service:
 
 
 @dataclass(slots=True)
-class _Listener:
-    name: str  # broker listener name, e.g. PROXY1
-    broker_port: int
-    proxy_port: int
-
-
-@dataclass(slots=True)
 class ChaosCluster:
+    """The run's brokers (one, or a KRaft cluster), its PostgreSQL, proxies and services."""
+
     workdir: Path
     specs: list[ServiceSpec]
     with_postgres: bool
     use_toxiproxy: bool = True
-    kafka: dev_kafka.KafkaLayout = field(init=False)
+    brokers: int = 1
+    kafka: dev_kafka.KafkaCluster = field(init=False)
+    mesh: Mesh = field(init=False)
     postgres: dev_postgres.PostgresLayout | None = field(init=False, default=None)
     proxies: Proxies = field(init=False)
     proxy_note: str = field(init=False, default="")
     services: dict[str, Service] = field(init=False, default_factory=dict)
-    _listeners: dict[str, _Listener] = field(init=False, default_factory=dict)
     _toxiproxy: ToxiproxyServer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.kafka = dev_kafka.KafkaLayout(self.workdir / "kafka", port=free_port(),
-                                           controller_port=free_port())
+        root = self.workdir / "kafka"
+        self.kafka = (dev_kafka.KafkaCluster.on_free_ports(root, self.brokers)
+                      if self.brokers > 1 else dev_kafka.KafkaCluster.single(
+                          dev_kafka.KafkaLayout(root, port=free_port(),
+                                                controller_port=free_port())))
         if self.with_postgres:
             self.postgres = dev_postgres.PostgresLayout(self.workdir / "postgres",
                                                         port=free_port())
-        for index, spec in enumerate((s for s in self.specs if s.proxied), start=1):
-            self._listeners[spec.name] = _Listener(f"PROXY{index}", free_port(), free_port())
+        clients = [spec.name for spec in self.specs if spec.proxied]
+        if self.brokers > 1:
+            clients.append(LOAD)  # a partitioned broker is cut off from every client
+        self.mesh = build_mesh(self.kafka, clients, free_port)
 
     @property
     def bootstrap(self) -> str:
+        """Every broker's direct listener: the run's own observer, never a service."""
         return self.kafka.bootstrap
 
-    def broker_overrides(self) -> dict[str, str]:
-        """The default single-node settings plus one listener per proxied service,
-        advertised at its proxy's port."""
-        port, controller = self.kafka.port, self.kafka.controller_port
-        listeners = [f"PLAINTEXT://127.0.0.1:{port}", f"CONTROLLER://127.0.0.1:{controller}"]
-        advertised = [f"PLAINTEXT://127.0.0.1:{port}"]
-        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
-        for lst in self._listeners.values():
-            listeners.append(f"{lst.name}://127.0.0.1:{lst.broker_port}")
-            advertised.append(f"{lst.name}://127.0.0.1:{lst.proxy_port}")
-            protocols.append(f"{lst.name}:PLAINTEXT")
-        return {"listeners": ",".join(listeners),
-                "advertised.listeners": ",".join(advertised),
-                "listener.security.protocol.map": ",".join(protocols)}
+    @property
+    def load_bootstrap(self) -> str:
+        """Where the load's clients connect: through its proxies on a cluster."""
+        return self.mesh.bootstrap(LOAD) if LOAD in self.mesh.clients else self.bootstrap
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [node.node_id for node in self.kafka.nodes]
 
     # -- infrastructure ------------------------------------------------------------------
 
     async def start_broker(self) -> None:
-        await asyncio.to_thread(dev_kafka.start, self.kafka, dev_kafka.kafka_version(), 180.0,
-                                self.broker_overrides())
+        """Start every broker that is not running; wait until the cluster serves."""
+        await asyncio.to_thread(dev_kafka.start_cluster, self.kafka, dev_kafka.kafka_version(),
+                                180.0, self.mesh.overrides)
 
     def broker_pid(self) -> int | None:
-        return dev_kafka.running_pid(self.kafka)
+        """The single broker's pid (None when down); on a cluster, None when any is down."""
+        pids = self.kafka.pids()
+        return None if any(pid is None for pid in pids.values()) else next(iter(pids.values()))
 
-    async def kill_broker(self) -> None:
-        pid = self.broker_pid()
+    async def kill_broker(self, node: int | None = None) -> None:
+        """SIGKILL broker ``node`` (default: the first, the only one of a single node)."""
+        layout = self.kafka.node(node) if node is not None else self.kafka.first
+        pid = dev_kafka.running_pid(layout)
         if pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         await asyncio.to_thread(_wait_gone, pid, 30.0)
+
+    async def stop_broker(self, node: int) -> None:
+        """A graceful stop (SIGTERM: leadership handed over, logs flushed)."""
+        await asyncio.to_thread(dev_kafka.stop, self.kafka.node(node), 60.0)
 
     async def start_postgres(self) -> None:
         if self.postgres is not None:
@@ -180,18 +190,22 @@ class ChaosCluster:
         else:
             self.proxies = BuiltinProxies()
             self.proxy_note = "builtin asyncio proxy (--no-toxiproxy)"
-        for name, lst in self._listeners.items():
-            await self.proxies.create(name, lst.proxy_port, lst.broker_port)
+        for route in self.mesh.routes:
+            await self.proxies.create(route.name, route.listen_port, route.upstream_port)
+
+    def routes_of(self, target: str) -> list[str]:
+        """The proxies a network fault on ``target`` (a client, or "node-<n>") acts on."""
+        if target.startswith(NODE):
+            return [r.name for r in self.mesh.of_node(int(target.removeprefix(NODE)))]
+        return [r.name for r in self.mesh.of_client(target)]
 
     # -- services ------------------------------------------------------------------------
 
     def start_services(self, base_env: Mapping[str, str]) -> None:
         for spec in self.specs:
             env = dict(base_env)
-            if spec.name in self._listeners:
-                env["ARES_KAFKA_BOOTSTRAP"] = f"127.0.0.1:{self._listeners[spec.name].proxy_port}"
-            else:
-                env["ARES_KAFKA_BOOTSTRAP"] = self.bootstrap
+            env["ARES_KAFKA_BOOTSTRAP"] = (self.mesh.bootstrap(spec.name) if spec.proxied
+                                           else self.bootstrap)
             if spec.postgres and self.postgres is not None:
                 env["ARES_POSTGRES_DSN"] = self.postgres.dsn
             service = Service(spec, env, self.workdir / "logs" / f"{spec.name}.log")
@@ -200,11 +214,14 @@ class ChaosCluster:
 
     @property
     def proxied(self) -> list[str]:
-        return list(self._listeners)
+        """The services behind proxies (the load's own proxies are not a fault target)."""
+        return [spec.name for spec in self.specs if spec.proxied]
 
     def log_tails(self, lines: int = 30) -> dict[str, str]:
         tails = {name: tail(s.log, lines) for name, s in self.services.items()}
-        tails["kafka"] = tail(self.kafka.log_file, lines)
+        for node in self.kafka.nodes:
+            tails[f"kafka-{node.node_id}" if self.brokers > 1 else "kafka"] = tail(
+                node.log_file, lines)
         return tails
 
     async def close(self) -> None:
@@ -214,7 +231,7 @@ class ChaosCluster:
             await self.proxies.close()
         if self._toxiproxy is not None:
             self._toxiproxy.stop()
-        await asyncio.to_thread(dev_kafka.stop, self.kafka, 20.0)
+        await asyncio.to_thread(dev_kafka.stop_cluster, self.kafka, 20.0)
         if self.postgres is not None:
             with contextlib.suppress(InfrastructureError):
                 await self.stop_postgres()

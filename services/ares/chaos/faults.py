@@ -25,19 +25,31 @@ class FaultKind(StrEnum):
     NET_LATENCY = "net_latency"  # latency (with jitter) between a service and the broker
     NET_RESET = "net_reset"  # a service's broker connections reset (TCP RST)
     NET_PARTITION = "net_partition"  # a service cut off from the broker (a black hole)
+    # On a cluster (``--cluster 3``), instead of broker_kill:
+    LEADER_KILL = "leader_kill"  # SIGKILL of the broker leading the most event partitions
+    COORDINATOR_KILL = "coordinator_kill"  # ... of the group's and writers' coordinator
+    BROKER_PARTITION = "broker_partition"  # one broker cut off from the others and clients
+    BROKER_SLOW = "broker_slow"  # every byte to and from one broker delayed (a sick disk)
+    ROLLING_RESTART = "rolling_restart"  # every broker in turn, graceful, back in sync
 
 
 RUNTIME_MANAGER = "runtime-manager"
 NETWORK = (FaultKind.NET_LATENCY, FaultKind.NET_RESET, FaultKind.NET_PARTITION)
 PROCESS = (FaultKind.SIGKILL, FaultKind.SIGSTOP)
-# One of these at a time: they take down what every service depends on.
-EXCLUSIVE = (FaultKind.BROKER_KILL, FaultKind.POSTGRES_STOP)
+CLUSTER = (FaultKind.LEADER_KILL, FaultKind.COORDINATOR_KILL, FaultKind.BROKER_PARTITION,
+           FaultKind.BROKER_SLOW, FaultKind.ROLLING_RESTART)
+# Faults on brokers: one at a time (the injector's lock on "kafka"), so the cluster never
+# has two brokers away at once, which RF 3 / min ISR 2 does not promise to survive.
+BROKER = (FaultKind.BROKER_KILL, *CLUSTER)
+KAFKA = "kafka"
+NODE = "node-"  # the target of a fault on one chosen broker: "node-2"
 
 # How often each kind is drawn, relative to the others.
 WEIGHTS: Mapping[FaultKind, float] = {
     FaultKind.SIGKILL: 3, FaultKind.SIGSTOP: 3, FaultKind.NET_LATENCY: 2,
     FaultKind.NET_RESET: 2, FaultKind.NET_PARTITION: 2, FaultKind.BROKER_KILL: 0.6,
-    FaultKind.POSTGRES_STOP: 0.3,
+    FaultKind.POSTGRES_STOP: 0.3, FaultKind.LEADER_KILL: 0.6, FaultKind.COORDINATOR_KILL: 0.6,
+    FaultKind.BROKER_PARTITION: 0.6, FaultKind.BROKER_SLOW: 0.6, FaultKind.ROLLING_RESTART: 0.2,
 }
 # (min, max) seconds each kind lasts before it is healed.
 DURATIONS: Mapping[FaultKind, tuple[float, float]] = {
@@ -48,6 +60,13 @@ DURATIONS: Mapping[FaultKind, tuple[float, float]] = {
     FaultKind.NET_LATENCY: (2.0, 8.0),
     FaultKind.NET_RESET: (0.0, 0.0),  # instantaneous
     FaultKind.NET_PARTITION: (2.0, 10.0),
+    FaultKind.LEADER_KILL: (1.0, 5.0),  # down time before the restart begins
+    FaultKind.COORDINATOR_KILL: (1.0, 5.0),
+    # Across the broker session timeout (9 s) in some draws: then the controller fences
+    # the lost broker and its leaderships move; below it they wait for it.
+    FaultKind.BROKER_PARTITION: (3.0, 15.0),
+    FaultKind.BROKER_SLOW: (2.0, 8.0),
+    FaultKind.ROLLING_RESTART: (0.0, 0.0),  # as long as three graceful restarts take
 }
 
 
@@ -57,34 +76,40 @@ class Fault:
 
     index: int
     kind: FaultKind
-    target: str  # a service name, "kafka" or "postgres"
+    target: str  # a service name, "kafka" (chosen when it strikes), "node-<n>", "postgres"
     at_s: float
     duration_s: float
-    latency_ms: int = 0  # NET_LATENCY only
+    latency_ms: int = 0  # NET_LATENCY and BROKER_SLOW only
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "kind": str(self.kind),
                                "target": self.target, "at_s": round(self.at_s, 3),
                                "duration_s": round(self.duration_s, 3)}
-        if self.kind is FaultKind.NET_LATENCY:
+        if self.latency_ms:
             out["latency_ms"] = self.latency_ms
         return out
 
+    @property
+    def lock(self) -> str:
+        """Faults holding the same lock never overlap (see ``BROKER``)."""
+        return KAFKA if self.kind in BROKER else self.target
+
     def describe(self) -> str:
-        extra = f" {self.latency_ms} ms" if self.kind is FaultKind.NET_LATENCY else ""
+        extra = f" {self.latency_ms} ms" if self.latency_ms else ""
         return (f"#{self.index} {self.kind}{extra} on {self.target} at {self.at_s:.1f}s "
                 f"for {self.duration_s:.1f}s")
 
 
 @dataclass(frozen=True, slots=True)
 class Targets:
-    """What faults can hit: service processes, which of them talk through a proxy, and
-    whether the broker and the database are ours to kill."""
+    """What faults can hit: service processes, which of them talk through a proxy, whether
+    the brokers (one, or a cluster of ``brokers``) and the database are ours to kill."""
 
     services: Sequence[str]
     proxied: Sequence[str]
     broker: bool = True
     postgres: bool = False
+    brokers: int = 1
 
     def kinds(self) -> list[FaultKind]:
         kinds: list[FaultKind] = []
@@ -93,7 +118,9 @@ class Targets:
         if self.proxied:
             kinds += NETWORK
         if self.broker:
-            kinds.append(FaultKind.BROKER_KILL)
+            # One broker killed is an outage; on a cluster it is a failover, aimed where
+            # it hurts (a leader, a coordinator) rather than at random.
+            kinds += CLUSTER if self.brokers > 1 else (FaultKind.BROKER_KILL,)
         if self.postgres:
             kinds.append(FaultKind.POSTGRES_STOP)
         return kinds
@@ -119,13 +146,23 @@ def schedule(seed: int, count: int, span_s: float, targets: Targets) -> list[Fau
         low, high = DURATIONS[kind]
         faults.append(Fault(index, kind, _target(rng, kind, targets), at,
                             rng.uniform(low, high),
-                            rng.randrange(100, 2000) if kind is FaultKind.NET_LATENCY else 0))
+                            _latency(rng, kind)))
     return faults
 
 
+def _latency(rng: random.Random, kind: FaultKind) -> int:
+    if kind is FaultKind.NET_LATENCY:
+        return rng.randrange(100, 2000)
+    if kind is FaultKind.BROKER_SLOW:  # each way, on every route of the broker
+        return rng.randrange(50, 500)
+    return 0
+
+
 def _target(rng: random.Random, kind: FaultKind, targets: Targets) -> str:
-    if kind is FaultKind.BROKER_KILL:
-        return "kafka"
+    if kind in (FaultKind.BROKER_PARTITION, FaultKind.BROKER_SLOW):
+        return f"{NODE}{rng.randrange(1, targets.brokers + 1)}"
+    if kind in BROKER:
+        return KAFKA  # which broker is decided when it strikes (a leader, a coordinator)
     if kind is FaultKind.POSTGRES_STOP:
         return "postgres"
     pool = list(targets.proxied if kind in NETWORK else targets.services)

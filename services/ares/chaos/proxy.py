@@ -53,6 +53,7 @@ class Toxiproxy:
         self._base = f"http://{LOCALHOST}:{api_port}"
         self._session: aiohttp.ClientSession | None = None
         self._toxics: dict[str, list[str]] = {}
+        self._made = 0
 
     async def _call(self, method: str, path: str, body: object | None = None) -> None:
         if self._session is None:
@@ -70,10 +71,14 @@ class Toxiproxy:
 
     async def _toxic(self, proxy: str, toxic: str, kind: str, stream: str,
                      attributes: dict[str, int]) -> None:
+        # Faults may overlap on one proxy (a service's own and its broker's): each toxic
+        # gets a name of its own, and the first heal ends them all.
+        self._made += 1
+        name = f"{toxic}-{self._made}"
         await self._call("POST", f"/proxies/{proxy}/toxics", {
-            "name": toxic, "type": kind, "stream": stream, "toxicity": 1.0,
+            "name": name, "type": kind, "stream": stream, "toxicity": 1.0,
             "attributes": attributes})
-        self._toxics[proxy].append(toxic)
+        self._toxics[proxy].append(name)
 
     async def latency(self, proxy: str, latency_ms: int) -> None:
         for stream in ("upstream", "downstream"):
@@ -92,9 +97,9 @@ class Toxiproxy:
             await self._toxic(proxy, f"blackhole-{stream}", "timeout", stream, {"timeout": 0})
 
     async def heal(self, proxy: str) -> None:
-        for toxic in self._toxics.get(proxy, []):
+        toxics, self._toxics[proxy] = self._toxics.get(proxy, []), []
+        for toxic in toxics:
             await self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic}")
-        self._toxics[proxy] = []
 
     async def close(self) -> None:
         if self._session is not None:

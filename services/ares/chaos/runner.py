@@ -23,21 +23,24 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from ares.chaos.brokers import busiest_coordinator, busiest_leader, until_in_sync
 from ares.chaos.cluster import ChaosCluster, Service, ServiceSpec
 from ares.chaos.faults import Fault, FaultKind, Targets, by_kind, schedule
 from ares.chaos.invariants import Findings, check
 from ares.chaos.load import Load, LoadShape
 from ares.config import Settings
+from ares.devenv.environment import topic_environment
 from ares.devenv.process import tail
 from ares.errors import AresError, UnavailableError
 from ares.events.kafka.groups import runtime_group, until_group_settled
+from ares.events.kafka.partition_writer import transactional_id
 from ares.events.kafka.retry import connect
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event
@@ -45,6 +48,7 @@ from ares.examples import evidence
 from ares.service import SUPPORTING_SERVICES
 from ares.tasks import cancel_and_wait
 from ares.topics import EVENTS, SNAPSHOTS, TopicPlan, apply_topics, load_topics
+from ares.topics.loader import ENV_ENVIRONMENT
 
 log = logging.getLogger(__name__)
 RESTART_DELAY_S = 2.0  # the supervisor's pause before restarting a service that died
@@ -63,6 +67,7 @@ class ChaosOptions:
     span_s: float | None = None  # default: 2.5 s per fault, at least 30 s
     runtime_managers: int = 3
     partitions: int = 6
+    brokers: int = 1  # 3: a KRaft cluster, RF 3 / min ISR 2, and the cluster's faults
     session_timeout_ms: int = 6000
     shape: LoadShape = field(default_factory=LoadShape)
     settle_timeout_s: float = 240.0
@@ -144,7 +149,7 @@ async def run_chaos(options: ChaosOptions, progress: Progress) -> ChaosReport:
     optional = available_services() if options.optional_services else []
     specs = _specs(options, optional)
     cluster = ChaosCluster(workdir, specs, with_postgres="replay-reader" in optional,
-                           use_toxiproxy=options.use_toxiproxy)
+                           use_toxiproxy=options.use_toxiproxy, brokers=options.brokers)
     failed = True
     try:
         await _run(cluster, options, report, progress)
@@ -159,9 +164,12 @@ async def run_chaos(options: ChaosOptions, progress: Progress) -> ChaosReport:
     return report
 
 
-async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport,
-               progress: Progress) -> None:
-    progress(f"starting proxies, an isolated broker{' and PostgreSQL' if cluster.postgres else ''}"
+async def _start(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport,
+                 progress: Progress) -> tuple[Settings, TopicPlan, Path]:
+    """Proxies, brokers, database, topics and services up, the runtime group formed."""
+    brokers = (f"a {cluster.brokers}-node KRaft cluster" if cluster.brokers > 1
+               else "an isolated broker")
+    progress(f"starting proxies, {brokers}{' and PostgreSQL' if cluster.postgres else ''}"
              f" in {cluster.workdir}")
     await cluster.start_proxies()
     report.proxy = cluster.proxy_note
@@ -170,25 +178,37 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
     prefix = f"chaos-{report.seed}."
     settings = Settings(kafka_bootstrap=cluster.bootstrap, topic_prefix=prefix,
                         request_timeout_s=10.0)
-    plan = load_topics(settings, env={**os.environ,
-                                      "ARES_TOPIC_PARTITIONS": str(options.partitions)})
+    topic_env = {"ARES_TOPIC_PARTITIONS": str(options.partitions)}
+    if (environment := topic_environment(cluster.brokers)) is not None:
+        topic_env[ENV_ENVIRONMENT] = environment  # RF 3, min.insync.replicas 2
+    plan = load_topics(settings, env={**os.environ, **topic_env})
     await apply_topics(plan, settings)
     ledger = cluster.workdir / "ledger"
     ledger.mkdir(parents=True, exist_ok=True)
     cluster.start_services({
-        **os.environ, "ARES_TOPIC_PREFIX": prefix,
-        "ARES_TOPIC_PARTITIONS": str(options.partitions), "ARES_HTTP_PORT": "0",
+        **os.environ, **topic_env, "ARES_TOPIC_PREFIX": prefix, "ARES_HTTP_PORT": "0",
         "ARES_LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1",
         evidence.LEDGER_DIR_ENV: str(ledger)})
     progress(f"services: {', '.join(cluster.services)} ({cluster.proxy_note})")
     await _until_group(settings, options.runtime_managers, cluster)
+    return settings, plan, ledger
 
+
+async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport,
+               progress: Progress) -> None:
+    settings, plan, ledger = await _start(cluster, options, report, progress)
+    prefix = settings.topic_prefix
     targets = Targets(services=list(cluster.services), proxied=cluster.proxied, broker=True,
-                      postgres=cluster.postgres is not None)
+                      postgres=cluster.postgres is not None, brokers=cluster.brokers)
     faults = schedule(report.seed, options.faults, options.span, targets)
-    load = Load(settings, plan, options.shape, prefix=prefix.rstrip("."), seed=report.seed)
+    load = Load(replace(settings, kafka_bootstrap=cluster.load_bootstrap), plan,
+                options.shape, prefix=prefix.rstrip("."), seed=report.seed)
     supervisor = _Supervisor(cluster, report)
-    injector = _Injector(cluster, progress)
+    injector = _Injector(cluster, progress, BrokerTargets(
+        bootstrap=cluster.bootstrap, events_topic=plan.name(EVENTS),
+        group=runtime_group(settings),
+        transactional_ids=[transactional_id(plan.name(EVENTS), p)
+                           for p in range(plan.partitions)]))
     load_task = asyncio.create_task(load.run(), name="chaos-load")
     watch = asyncio.create_task(supervisor.run(), name="chaos-supervisor")
     try:
@@ -243,10 +263,22 @@ async def _stop_load(load: Load, task: asyncio.Task[None], timeout_s: float,
 # -- faults ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerTargets:
+    """What the cluster's faults aim at: found when each strikes."""
+
+    bootstrap: str  # the brokers' direct listeners (the observer's)
+    events_topic: str
+    group: str
+    transactional_ids: list[str]
+
+
 class _Injector:
-    def __init__(self, cluster: ChaosCluster, progress: Progress) -> None:
+    def __init__(self, cluster: ChaosCluster, progress: Progress,
+                 aims: BrokerTargets) -> None:
         self.cluster = cluster
         self.progress = progress
+        self.aims = aims
         self.injected: list[Fault] = []
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -255,7 +287,7 @@ class _Injector:
 
         async def one(fault: Fault) -> None:
             await asyncio.sleep(max(0.0, fault.at_s - (time.monotonic() - t0)))
-            lock = self._locks.setdefault(fault.target, asyncio.Lock())
+            lock = self._locks.setdefault(fault.lock, asyncio.Lock())
             async with lock:  # one fault at a time per target
                 await self._inject(fault, time.monotonic() - t0)
 
@@ -276,11 +308,20 @@ class _Injector:
             self.injected.append(fault)
             await asyncio.sleep(fault.duration_s)
             service.signal(signal.SIGCONT)
-        elif kind is FaultKind.BROKER_KILL:
-            await cluster.kill_broker()
+        elif kind in (FaultKind.BROKER_KILL, FaultKind.LEADER_KILL, FaultKind.COORDINATOR_KILL):
+            node = await self._aim(kind)
+            await cluster.kill_broker(node)
             self.injected.append(fault)
             await asyncio.sleep(fault.duration_s)
             await cluster.start_broker()
+        elif kind is FaultKind.ROLLING_RESTART:
+            self.injected.append(fault)
+            for node in cluster.node_ids:
+                self.progress(f"rolling restart: broker {node}")
+                await cluster.stop_broker(node)
+                await cluster.start_broker()
+                took = await until_in_sync(self.aims.bootstrap, cluster.brokers)
+                self.progress(f"rolling restart: broker {node} back, in sync after {took:.1f}s")
         elif kind is FaultKind.POSTGRES_STOP:
             await cluster.stop_postgres()
             self.injected.append(fault)
@@ -289,17 +330,36 @@ class _Injector:
         else:
             await self._network(fault)
 
+    async def _aim(self, kind: FaultKind) -> int | None:
+        """The broker a kill strikes: the busiest leader or coordinator (on one broker,
+        the broker); None (the first) if the cluster could not say."""
+        if self.cluster.brokers == 1:
+            return None
+        aims = self.aims
+        try:
+            if kind is FaultKind.LEADER_KILL:
+                node = await busiest_leader(aims.bootstrap, aims.events_topic)
+            else:
+                node = await busiest_coordinator(aims.bootstrap, aims.group,
+                                                 aims.transactional_ids)
+        except Exception as exc:  # the cluster mid-failover: strike the first broker
+            log.info("%s: no target found (%r), the first broker is hit", kind, exc)
+            node = None
+        self.progress(f"{kind}: broker {node if node is not None else 'first (none found)'}")
+        return node
+
     async def _network(self, fault: Fault) -> None:
         proxies = self.cluster.proxies
-        if fault.kind is FaultKind.NET_LATENCY:
-            await proxies.latency(fault.target, fault.latency_ms)
+        routes = self.cluster.routes_of(fault.target)
+        if fault.kind in (FaultKind.NET_LATENCY, FaultKind.BROKER_SLOW):
+            await asyncio.gather(*(proxies.latency(r, fault.latency_ms) for r in routes))
         elif fault.kind is FaultKind.NET_RESET:
-            await proxies.reset(fault.target)
-        else:
-            await proxies.partition(fault.target)
+            await asyncio.gather(*(proxies.reset(r) for r in routes))
+        else:  # NET_PARTITION, BROKER_PARTITION
+            await asyncio.gather(*(proxies.partition(r) for r in routes))
         self.injected.append(fault)
         await asyncio.sleep(fault.duration_s)
-        await proxies.heal(fault.target)
+        await asyncio.gather(*(proxies.heal(r) for r in routes))
 
 
 class _Supervisor:
@@ -336,11 +396,11 @@ class _Supervisor:
 
 async def _heal_all(cluster: ChaosCluster) -> None:
     if cluster.broker_pid() is None:
-        await cluster.start_broker()
+        await cluster.start_broker()  # every broker down is started again
     if cluster.postgres is not None:
         await cluster.start_postgres()
-    for name in cluster.proxied:
-        await cluster.proxies.heal(name)
+    for route in cluster.mesh.routes:
+        await cluster.proxies.heal(route.name)
     for service in cluster.services.values():
         service.signal(signal.SIGCONT)
         if not service.alive:

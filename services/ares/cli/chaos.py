@@ -34,6 +34,9 @@ INTEGRITY_EXIT = 5
               help="example.pipeline agents under load")
 @click.option("--runtime-managers", type=click.IntRange(1, 8), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(1, 64), default=6, show_default=True)
+@click.option("--cluster", "brokers", type=click.IntRange(1, 5), default=1, show_default=True,
+              metavar="N", help="run on N brokers: 1, or a KRaft cluster of 3 to 5 (topics at "
+              "RF 3 / min ISR 2, and the cluster's own faults instead of broker_kill)")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=240.0,
               show_default=True, metavar="SECONDS",
               help="how long the run may take, after the last fault, for every promise to hold")
@@ -46,7 +49,8 @@ INTEGRITY_EXIT = 5
 @click.option("--keep", is_flag=True, help="keep the work directory even when the run passes")
 @click.pass_context
 def chaos(ctx: click.Context, faults: int, seed: int | None, as_json: bool, span: float | None,
-          agents: int, runtime_managers: int, partitions: int, settle_timeout: float,
+          agents: int, runtime_managers: int, partitions: int, brokers: int,
+          settle_timeout: float,
           no_optional_services: bool, no_toxiproxy: bool, workdir: Path | None,
           keep: bool) -> None:
     """Inject N faults into a fleet of example.pipeline agents under load, then check.
@@ -55,6 +59,12 @@ def chaos(ctx: click.Context, faults: int, seed: int | None, as_json: bool, span
     Faults (drawn from the seed, every kind at least once when N allows):
       sigkill, sigstop   of runtime managers and the other services (SIGCONT later)
       broker_kill        SIGKILL of the run's own Kafka broker, restarted on its data
+    with --cluster 3, instead of broker_kill:
+      leader_kill        SIGKILL of the broker leading the most ares.events partitions
+      coordinator_kill   SIGKILL of the runtime group's and the writers' coordinator
+      broker_partition   one broker cut off from the other brokers and every client
+      broker_slow        every byte to and from one broker delayed
+      rolling_restart    every broker in turn, graceful, back in sync before the next
       postgres_stop      the run's own PostgreSQL stopped for 30 s (with the replay reader)
       net_latency, net_reset, net_partition   through toxiproxy, per service
     \b
@@ -66,9 +76,13 @@ def chaos(ctx: click.Context, faults: int, seed: int | None, as_json: bool, span
     The shared development broker and database are never touched: the run starts its
     own on free ports.
     """
+    if brokers == 2:
+        raise click.BadParameter("a cluster needs 3 brokers at least: its topics keep 3 "
+                                 "replicas with 2 in sync", param_hint="--cluster")
     options = ChaosOptions(
         faults=faults, seed=seed, span_s=span, runtime_managers=runtime_managers,
-        partitions=partitions, shape=LoadShape(agents=agents), settle_timeout_s=settle_timeout,
+        partitions=partitions, brokers=brokers, shape=LoadShape(agents=agents),
+        settle_timeout_s=settle_timeout,
         optional_services=not no_optional_services, use_toxiproxy=not no_toxiproxy,
         workdir=workdir, keep_workdir=keep)
 
@@ -87,7 +101,7 @@ def _print(report: ChaosReport) -> None:
     click.echo(f"seed {report.seed}: {report.faults_injected} of {report.faults_requested} "
                f"faults injected in {report.duration_s:.0f}s ({report.proxy})")
     for kind in FaultKind:
-        click.echo(f"  {kind:<14} {report.faults_by_kind.get(str(kind), 0)}")
+        click.echo(f"  {kind:<16} {report.faults_by_kind.get(str(kind), 0)}")
     load = report.load
     click.echo(f"load: {load.get('agents', 0)} agents, {load.get('tasks_acknowledged', 0)} "
                f"tasks and {load.get('appends_acknowledged', 0)} appends acknowledged, "
