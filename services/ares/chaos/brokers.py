@@ -41,15 +41,16 @@ async def busiest_leader(bootstrap: str, topic: str) -> int | None:
         await admin.close()
 
 
-async def busiest_coordinator(bootstrap: str, group: str,
+async def busiest_coordinator(bootstrap: str, group: str | None,
                               transactional_ids: Sequence[str]) -> int | None:
-    """The node coordinating ``group`` and the most of ``transactional_ids``: the one whose
-    loss moves the most coordinator state at once (None when none could be found)."""
+    """The node coordinating ``group`` (if any) and the most of ``transactional_ids``: the
+    one whose loss moves the most coordinator state at once (None when none was found)."""
     admin = await _admin(bootstrap)
     votes: Counter[int] = Counter()
     try:
         with quiet_aiokafka():
-            keys = [(group, GROUP), *((tid, TRANSACTION) for tid in transactional_ids)]
+            keys = [*(((group, GROUP),) if group else ()),
+                    *((tid, TRANSACTION) for tid in transactional_ids)]
             for key, kind in keys:
                 try:
                     node = await asyncio.wait_for(admin.find_coordinator(key, kind), 10.0)

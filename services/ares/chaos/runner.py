@@ -311,7 +311,8 @@ class _Injector:
         elif kind in (FaultKind.BROKER_KILL, FaultKind.LEADER_KILL, FaultKind.COORDINATOR_KILL):
             node = await self._aim(kind)
             await cluster.kill_broker(node)
-            self.injected.append(fault)
+            # The report names the broker that was hit (the schedule only said "kafka").
+            self.injected.append(fault if node is None else replace(fault, target=f"node-{node}"))
             await asyncio.sleep(fault.duration_s)
             await cluster.start_broker()
         elif kind is FaultKind.ROLLING_RESTART:
