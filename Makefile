@@ -57,7 +57,7 @@ typecheck: install  ## mypy --strict on the package and the benchmarks
 	$(BIN)/mypy bench
 
 test: up lint typecheck unit-pure  ## THE test command: infrastructure, ruff, mypy, the whole pytest suite
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra --durations=20
 
 # The same modules as Python, as they run where no C compiler built them (ARES_PURE_PYTHON
 # at run time imports them from source).

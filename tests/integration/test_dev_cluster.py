@@ -312,6 +312,39 @@ def test_a_transactional_append_on_rf_3_and_min_isr_2(cluster_env: ClusterEnv,
     assert asyncio.run(append()) == [1, 2, 3]
 
 
+def test_the_demo_keeps_every_promise_on_the_cluster(cluster_env: ClusterEnv) -> None:
+    """`ares dev up --brokers 3` then `ares demo`, with the environment `up` exported
+    (ARES_TOPIC_ENVIRONMENT=cluster: every topic RF 3 / min ISR 2); afterwards no partition
+    is under-replicated."""
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in
+                    (cluster_env.home / "dev.env").read_text().splitlines()
+                    if line.startswith("export "))
+    demo = cluster_env.home / "demo"
+    done = cluster_env.ares("demo", "--agents", "4", "--chats", "1", "--steps", "4",
+                            "--step-ms", "150", "--json", "--workdir", str(demo), **exported)
+    report = json.loads(_expect(done, 0, "demo --json"))
+    assert report["promises_kept"] is True, report["broken_promises"]
+    assert report["emails_sent_twice"] == report["steps_executed_twice"] == []
+    assert any(fault.startswith("SIGKILL runtime-manager") for fault in report["faults"])
+    assert "worker_lost" in {r["cause"] for r in report["resurrections"]}
+    events = asyncio.run(_describe(cluster_env.bootstrap, [
+        name for name in _topic_names(cluster_env.bootstrap) if name.endswith("ares.events")]))
+    assert events and all(len(p["replicas"]) == 3 for ps in events.values() for p in ps)
+    assert _status(cluster_env)["kafka"]["under_replicated"] == []
+
+
+def _topic_names(bootstrap: str) -> list[str]:
+    async def names() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        with quiet_aiokafka():
+            await admin.start()
+            try:
+                return list(await admin.list_topics())
+            finally:
+                await admin.close()
+    return asyncio.run(names())
+
+
 def test_a_single_node_up_is_refused_while_the_cluster_runs(cluster_env: ClusterEnv) -> None:
     pids = [int(node.pid_file.read_text().split()[0]) for node in cluster_env.cluster.nodes]
     refused = cluster_env.dev("up")
