@@ -329,7 +329,8 @@ def test_the_demo_keeps_every_promise_on_the_cluster(cluster_env: ClusterEnv) ->
     assert "worker_lost" in {r["cause"] for r in report["resurrections"]}
     events = asyncio.run(_describe(cluster_env.bootstrap, [
         name for name in _topic_names(cluster_env.bootstrap) if name.endswith("ares.events")]))
-    assert events and all(len(p["replicas"]) == 3 for ps in events.values() for p in ps)
+    assert events, "the demo's events topic is not on the cluster"
+    assert all(len(p["replicas"]) == 3 for ps in events.values() for p in ps), events
     assert _status(cluster_env)["kafka"]["under_replicated"] == []
 
 
