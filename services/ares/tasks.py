@@ -1,4 +1,5 @@
-"""The one place that cancels background tasks and waits for them to end.
+"""The one place that cancels background tasks and waits for them to end (and that stops
+an aiokafka client without mistaking its stray cancellation for ours).
 
 ``task.cancel()`` then ``with suppress(CancelledError): await task`` was written a dozen
 times, and it has a trap: when the *caller* is cancelled while it waits, the suppress
@@ -8,7 +9,10 @@ swallows the caller's own cancellation too. ``cancel_and_wait`` tells the two ap
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import logging
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None,
@@ -32,3 +36,26 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None,
         except Exception:
             if not ignore_errors:
                 raise
+
+
+class _Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
+async def stop_client(client: _Stoppable) -> None:
+    """``await client.stop()`` of an aiokafka client, without its stray cancellation.
+
+    aiokafka's ``stop()`` awaits internal tasks it has just cancelled and can let their
+    ``CancelledError`` out (aio-libs/aiokafka#647, open), typically after a failed fetch:
+    a loop that stops its consumer to retry would then end as if *it* had been cancelled,
+    and its service with it. The client is closed either way; only the caller's own
+    cancellation propagates.
+    """
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        log.warning("%s.stop() raised a stray CancelledError (aio-libs/aiokafka#647); "
+                    "it is closed", type(client).__name__)

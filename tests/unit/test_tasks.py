@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, stop_client
 
 
 async def _forever() -> None:
@@ -56,3 +56,40 @@ async def test_the_callers_own_cancellation_is_not_swallowed() -> None:
     child.cancel()
     with pytest.raises(asyncio.CancelledError):
         await child
+
+
+class _StrayCancellation:
+    """A client whose ``stop()`` lets an internal task's cancellation out, as aiokafka's
+    does (aio-libs/aiokafka#647); ``stopped`` once it got that far."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def stop(self) -> None:
+        self.stopped = True
+        inner = asyncio.create_task(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        await inner  # raises CancelledError into the caller, which nobody cancelled
+
+
+async def test_a_stray_cancellation_from_stop_does_not_end_the_caller() -> None:
+    client = _StrayCancellation()
+    await stop_client(client)
+    assert client.stopped
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+
+async def test_stop_client_lets_the_callers_own_cancellation_through() -> None:
+    entered = asyncio.Event()
+
+    class Slow:
+        async def stop(self) -> None:
+            entered.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(stop_client(Slow()))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

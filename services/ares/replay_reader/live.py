@@ -24,7 +24,7 @@ from ares.errors import SchemaError
 from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.model import Event, EventFilter
 from ares.events.wire.codec import decode_event
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, stop_client
 
 log = logging.getLogger(__name__)
 MAX_QUEUED = 1000
@@ -78,7 +78,7 @@ class LiveFeed:
 
     async def _start(self) -> None:
         if self._consumer is not None:  # a follower that failed: start afresh
-            await self._consumer.stop()
+            await stop_client(self._consumer)
             self._consumer = None
         consumer = new_consumer(self.settings, fetch_max_wait_ms=100)
         await consumer.start()

@@ -38,6 +38,7 @@ from ares.replay_reader.pg_store import (
     ProjectionUnavailableError,
 )
 from ares.replay_reader.projection import AgentRow, BatchRows, Located, project
+from ares.tasks import stop_client
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class Projector:
                 await conn.close(timeout=2)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            await consumer.stop()
+            await stop_client(consumer)  # then retried: a stray cancellation must not end us
 
     async def _session(self, until_caught_up: bool,
                        on_progress: Callable[[Projector], None] | None) -> None:
