@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -36,7 +37,8 @@ from ares.events.kafka.retry import connect
 from ares.events.kafka.routing import partition_for
 from ares.events.model import Event, NewEvent, StreamHead
 from ares.gc_policy import apply_gc_policy
-from ares.topics.loader import load_topics
+from ares.topics.loader import ENV_ENVIRONMENT, ENV_PARTITIONS, load_topics
+from ares.topics.spec import TopicPlan, TopicSpec
 
 Section = dict[str, Any]
 BenchRun = Callable[..., Coroutine[Any, Any, Section]]
@@ -189,6 +191,10 @@ def render(report: Section, indent: str = "") -> str:
     """A section as aligned text lines: ours, ceiling, ratio, then its parts."""
     metric = report["metric"]
     lines = [f"{indent}{report['name']}  ({report.get('what', metric)})"]
+    if (where := report.get("cluster")) is not None:
+        lines.append(f"{indent}  on       {where['brokers']} broker(s), replication factor "
+                     f"{where['replication_factor']}, min ISR {where['min_insync_replicas']}, "
+                     f"acks={where['acks']}")
     for who in ("ours", "ceiling"):
         figures = report[who]
         shown = ", ".join(f"{k}={_short(v)}" for k, v in figures.items()
@@ -260,22 +266,54 @@ def worker_env(settings: Settings, partitions: int) -> dict[str, str]:
     return env
 
 
+def events_topic(settings: Settings) -> TopicSpec:
+    """``ares.events`` as topics.yaml gives it in the topic environment of this process
+    (``ARES_TOPIC_ENVIRONMENT``: ``ares bench --cluster 3`` selects ``cluster``, RF 3 and
+    min ISR 2), so that every benchmark's topics replicate as production's would."""
+    return load_topics(settings).topic("ares.events")
+
+
 def events_topic_configs(settings: Settings) -> tuple[int, dict[str, str]]:
     """Partition count and configs of ``ares.events`` from topics.yaml (what production runs)."""
-    spec = load_topics(settings).topic("ares.events")
+    spec = events_topic(settings)
     return spec.partitions, dict(spec.configs)
+
+
+def bench_plan(settings: Settings, partitions: int) -> TopicPlan:
+    """Every ares topic with ``partitions`` partitions, in this process's topic environment
+    (replication factor and min ISR with it); other ``ARES_TOPIC_*`` knobs are not read."""
+    return load_topics(settings, environment=os.environ.get(ENV_ENVIRONMENT, ""),
+                       env={ENV_PARTITIONS: str(partitions)})
+
+
+async def topology(settings: Settings) -> dict[str, Any]:
+    """What the figures were measured on: brokers in the cluster, and the replication of the
+    benchmark topics (every producer, ours and the ceilings', uses ``acks=all``)."""
+    spec = events_topic(settings)
+    admin = await connect(lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+                                                      client_id="ares-bench"),
+                          what="describing the cluster", settings=settings)
+    try:
+        brokers = len((await admin.describe_cluster())["brokers"])
+    finally:
+        await admin.close()
+    return {"brokers": brokers, "replication_factor": spec.replication_factor,
+            "min_insync_replicas": int(spec.configs.get("min.insync.replicas", "1")),
+            "acks": producer_options(settings)["acks"]}
 
 
 @asynccontextmanager
 async def bench_topics(settings: Settings, names: Sequence[str],
                        partitions: int) -> AsyncIterator[list[str]]:
-    """Create ``names`` like ``ares.events`` (configs from topics.yaml); delete them after."""
-    _, configs = events_topic_configs(settings)
+    """Create ``names`` like ``ares.events`` (replication and configs from topics.yaml);
+    delete them after."""
+    spec = events_topic(settings)
     admin = await connect(lambda: AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
                                                       client_id="ares-bench"),
                           what="creating the benchmark's topics", settings=settings)
     try:
-        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)
+        await admin.create_topics([NewTopic(name, partitions, spec.replication_factor,
+                                            topic_configs=dict(spec.configs))
                                    for name in names])
         try:
             await _until_led(admin, settings.kafka_bootstrap, names, partitions)
@@ -470,19 +508,34 @@ async def produce_transactions(producer: AIOKafkaProducer, topic: str,
 
 
 def cli(description: str, run: BenchRun,
-        add_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
-    """``python bench/<name>.py [options] [--json]``: run against ``ARES_*`` settings."""
+        add_arguments: Callable[[argparse.ArgumentParser], None], *,
+        postgres: bool = False) -> None:
+    """``python bench/<name>.py [options] [--json] [--cluster N]``: run against ``ARES_*``
+    settings, or a fresh cluster of its own (``postgres``: the benchmark needs PostgreSQL,
+    which such a run brings when the configured one does not answer)."""
     parser = argparse.ArgumentParser(description=description)
     add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report section as JSON")
+    parser.add_argument("--cluster", type=int, default=1, choices=range(1, 6), metavar="N",
+                        help="run on a fresh N-node Kafka cluster of its own (RF 3, min ISR 2 "
+                             "from 3 nodes), stopped at the end; 1: ARES_KAFKA_BOOTSTRAP")
     args = vars(parser.parse_args())
     as_json = args.pop("json")
+    nodes = args.pop("cluster")
     logging.basicConfig(level=logging.ERROR)
     settings = Settings.from_env()
     # The collector policy of `ares run <service>`: ours and the ceiling share this process,
     # so both run under it.
     apply_gc_policy(settings.gc_threshold)
-    report = asyncio.run(run(settings, **args))
+    with contextlib.ExitStack() as stack:
+        if nodes > 1:
+            from bench.cluster import private_cluster
+
+            settings = stack.enter_context(private_cluster(
+                settings, nodes, postgres=postgres,
+                progress=lambda line: print(line, file=sys.stderr)))
+        report = asyncio.run(run(settings, **args))
+        report["cluster"] = asyncio.run(topology(settings))
     if as_json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

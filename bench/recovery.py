@@ -77,7 +77,6 @@ from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.replay import replay_start
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/recovery.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -86,6 +85,7 @@ from bench.harness import (
     Measurement,
     Section,
     Stopwatch,
+    bench_plan,
     bench_settings,
     chunks,
     cli,
@@ -285,7 +285,7 @@ async def scan_start(settings: Settings, plan: TopicPlan) -> int:
 async def partition_round(settings: Settings, history: Mapping[str, Sequence[Sealed]],
                           tail: int, first_tail_task: int) -> dict[str, Any]:
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": "1"})
+    plan = bench_plan(settings, 1)
     await apply_topics(plan, settings)
     try:
         topic = plan.name(EVENTS)
@@ -324,7 +324,7 @@ def median_dict(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 async def kill_round(settings: Settings, *, agents: int, workers: int, partitions: int,
                      session_timeout_ms: int, workdir: Path) -> dict[str, Any]:
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),
@@ -370,7 +370,7 @@ async def failover_round(settings: Settings, *, agents: int, workers: int, parti
                          workdir: Path) -> dict[str, Any]:
     """One SIGKILL with the health checker running: detection, rebalance, resume."""
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "ARES_TOPIC_PREFIX": settings.topic_prefix, "ARES_TOPIC_PARTITIONS": str(partitions),

@@ -308,4 +308,5 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    cli("Replay: ReplaySession and indexed reads vs raw consume + decode", run, _arguments)
+    cli("Replay: ReplaySession and indexed reads vs raw consume + decode", run, _arguments,
+        postgres=True)
