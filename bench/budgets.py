@@ -28,18 +28,25 @@ from ares.budgets.keeper import BudgetKeeper
 from ares.config import Settings
 from ares.llm.telemetry import UsageRecord
 from ares.topics import USAGE, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/budgets.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import Section, Stopwatch, bench_settings, cli, section, start_producer
+from bench.harness import (
+    Section,
+    Stopwatch,
+    bench_plan,
+    bench_settings,
+    cli,
+    section,
+    start_producer,
+)
 
 
 async def run(settings: Settings, records: int = 200_000, tenants: int = 1000,
               partitions: int = 4) -> Section:
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     try:
         topic = plan.name(USAGE)

@@ -51,13 +51,20 @@ from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projection import AGENT_COLUMNS
 from ares.tasks import cancel_and_wait
 from ares.topics import EVENTS, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/dashboard_live.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.dashboard import agent as agent_row
-from bench.harness import Section, bench_settings, cli, latency_summary, machine, section
+from bench.harness import (
+    Section,
+    bench_plan,
+    bench_settings,
+    cli,
+    latency_summary,
+    machine,
+    section,
+)
 
 GOAL_P99_MS = 1000.0
 AGENTS, FOLLOWED, EVENTS_MEASURED, GAP_MS = 10_000, 40, 400, 20.0
@@ -185,7 +192,7 @@ async def measure(settings: Settings, *, agents: int, followed: int, events: int
                   gap_ms: float, partitions: int, schema: str,
                   workdir: Path) -> dict[str, Any]:
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     topic = plan.name(EVENTS)
     live_ids = [f"live-{i:03d}" for i in range(followed)]
     await apply_topics(plan, settings)

@@ -57,13 +57,13 @@ from ares.events.model import Event
 from ares.events.wire.codec import decode_event
 from ares.lifecycle import events as ev
 from ares.topics import TopicPlan, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/delegation.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (
     Section,
+    bench_plan,
     bench_settings,
     cli,
     latency_summary,
@@ -133,7 +133,7 @@ async def team_workers(settings: Settings, *, workers: int, partitions: int,
     """``workers`` runtime managers with this module's kinds on topics of their own (as
     ``bench/recovery.py``'s kill round starts them); killed and the topics deleted after."""
     settings = bench_settings(settings).with_overrides(request_timeout_s=60.0)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     env = worker_env(settings, partitions)
     processes = [ServiceProcess(f"bench-team-{i}", [

@@ -32,12 +32,11 @@ from ares.llm.kafka_telemetry import KafkaTelemetry
 from ares.llm.telemetry import DELTA, StreamId, UsageRecord
 from ares.llm.tokens import TokenRecord
 from ares.topics import TOKENS, USAGE, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/tokens.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import Section, Stopwatch, bench_settings, cli, section
+from bench.harness import Section, Stopwatch, bench_plan, bench_settings, cli, section
 
 DELTA_TEXT = "tok "  # ~one token of English per delta, as providers stream them
 
@@ -45,7 +44,7 @@ DELTA_TEXT = "tok "  # ~one token of English per delta, as providers stream them
 async def run(settings: Settings, agents: int = 50, deltas: int = 400,
               calls: int = 5000, partitions: int = 4) -> Section:
     settings = bench_settings(settings)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     telemetry = KafkaTelemetry(settings, plan)
     raw = _raw_producer(settings)

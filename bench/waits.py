@@ -63,13 +63,13 @@ from ares.lifecycle import events as ev
 from ares.lifecycle.state import AgentLifecycle
 from ares.runtime_manager.hosted import HostedAgent, run_open_tasks
 from ares.topics import EVENTS, TopicPlan, apply_topics, delete_topics
-from ares.topics import load_topics as load_plan
 
 if __package__ in (None, ""):  # python bench/waits.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (
     Section,
+    bench_plan,
     bench_settings,
     cli,
     latency_summary,
@@ -116,7 +116,7 @@ async def worker(settings: Settings, partitions: int, workdir: Path,
     """A worker process and a client (long reply timeouts: bursts of thousands of
     commands); the process SIGKILLed and the topics deleted at the end."""
     settings = bench_settings(settings).with_overrides(request_timeout_s=120.0)
-    plan = load_plan(settings, env={"ARES_TOPIC_PARTITIONS": str(partitions)})
+    plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
     env = worker_env(settings, partitions)
     process = ServiceProcess(name, ["runtime-manager", "--instance-id", name, "--agents",
