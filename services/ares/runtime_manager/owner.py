@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaError
@@ -33,6 +33,7 @@ from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager import crash_points
 from ares.runtime_manager.admission import Gate
 from ares.runtime_manager.arena import Arena
+from ares.runtime_manager.assignment import CommitHold, RebalanceListener
 from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.runtime_manager.schedules import ScheduleKeeper
@@ -45,17 +46,6 @@ HEARTBEAT_INTERVAL_MS = 1000
 # A partition whose takeover failed (a hanging transaction, the broker away) is tried again
 # this often while it stays assigned: an operator's fix brings it back without a restart.
 TAKEOVER_RETRY_S = 10.0
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, owner: PartitionOwner) -> None:
-        self._owner = owner
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._owner.on_revoked({tp.partition for tp in revoked})
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self._owner.on_assigned({tp.partition for tp in assigned})
 
 
 class PartitionOwner:
@@ -99,7 +89,10 @@ class PartitionOwner:
         # with REBALANCE_IN_PROGRESS): the floor of a failover's hand-over to survivors.
         self._group_heartbeat_ms = group_heartbeat_ms
         self.shutdown = shutdown or ShutdownBudget()
+        # Revoked partitions' writers, warm, until the assignment says whether they stay;
+        # meanwhile their agents run and nothing of them commits (``assignment``).
         self._suspended: dict[int, PartitionWriter] = {}
+        self._holds = CommitHold()
         self._handled: dict[int, int] = {}  # partition -> next command offset to handle
         self._lock = asyncio.Lock()  # processing and rebalancing never overlap
         self._consumer: AIOKafkaConsumer | None = None
@@ -140,7 +133,7 @@ class PartitionOwner:
             await self._consumer.start()
         except KafkaError as exc:
             raise translate(exc, "joining the runtime group") from exc
-        self._consumer.subscribe([self.commands_topic], listener=_Rebalance(self))
+        self._consumer.subscribe([self.commands_topic], listener=RebalanceListener(self))
 
     async def _close_clients(self) -> None:
         consumer, scanner, admin = self._consumer, self._scanner, self._admin
@@ -182,6 +175,9 @@ class PartitionOwner:
     async def _finish(self) -> None:
         await self.schedules.close()
         await self.host.stop_agents()
+        # Stopped in the middle of a rebalance: the hand-off is written as before the hold
+        # (a partition that moved meanwhile is fenced and refuses it).
+        self._holds.lift_all()
 
     async def _release(self) -> None:
         if self._consumer is not None:
@@ -199,26 +195,36 @@ class PartitionOwner:
     # -- rebalancing ---------------------------------------------------------------------
 
     async def on_revoked(self, partitions: set[int]) -> None:
-        """Eager rebalance: pause the agents (nothing runs on a partition we may lose) but
-        keep the writers and the agents' state warm in case the partitions come back."""
-        async with self._lock:
+        """Eager rebalance (every partition is revoked, ``assignment``): hold the
+        partitions' commits but keep their agents running and the writers and state warm,
+        until ``on_assigned`` says which ones stay. A hold waits for the writer's current
+        transaction, which a slow broker can stretch: the session is kept meanwhile."""
+        async with self._lock, _heartbeats_kept(self._consumer):
             self.ready.clear()
             # A member expelled from the group (session expired: paused, partitioned) rejoins
             # without a generation: meanwhile its partitions may have had another owner, who
             # fenced its writers and appended. None of its warm state can be trusted.
-            expelled = self._expelled()
-            for partition in partitions:
-                if (writer := self.writers.pop(partition, None)) is not None:
-                    await self.host.suspend_partition(partition)
-                    await self.schedules.suspend(partition)
-                    if expelled:
-                        log.warning("partition %d: expelled from the group, its warm state "
-                                    "is dropped", partition)
-                        await self.host.release_partition(partition)
-                        await self.schedules.release(partition)
-                        await writer.stop()
-                    else:
-                        self._suspended[partition] = writer
+            if self._expelled():
+                for partition in sorted(partitions | set(self._suspended)):
+                    await self._drop_expelled(partition)
+                return
+            revoked = {p: w for p in partitions if (w := self.writers.pop(p, None)) is not None}
+            for partition in revoked:
+                await self.schedules.suspend(partition)
+            self._suspended.update(revoked)
+            await asyncio.gather(*(self._holds.hold(p, w) for p, w in revoked.items()))
+
+    async def _drop_expelled(self, partition: int) -> None:
+        writer = self.writers.pop(partition, None) or self._suspended.pop(partition, None)
+        if writer is None:
+            return
+        log.warning("partition %d: expelled from the group, its warm state is dropped",
+                    partition)
+        await self.schedules.suspend(partition)
+        await self.host.release_partition(partition)  # stops the agents, writes nothing
+        await self._holds.drop(partition)
+        await self.schedules.release(partition)
+        await writer.stop()
 
     def _expelled(self) -> bool:
         # aiokafka resets the generation when the coordinator no longer knows the member.
@@ -229,21 +235,28 @@ class PartitionOwner:
         async with self._lock, _heartbeats_kept(self._consumer):
             self._unopened &= partitions
             for partition in list(self._suspended):
-                if partition not in partitions:
+                if partition not in partitions:  # moved: stop its agents, then the writer
                     await self.host.release_partition(partition)
                     await self.schedules.release(partition)
+                    await self._holds.drop(partition)
                     await self._suspended.pop(partition).stop()
-            for partition in sorted(partitions):
-                warm = self._suspended.pop(partition, None)
-                if warm is not None and not warm.fenced:
-                    self.writers[partition] = warm  # came back: no rescan, agents kept
-                    await self.host.resume_partition(partition)
+            # The partitions that stayed go on first: they must not wait for the takeovers
+            # (scans) of the ones that arrived.
+            arrived = sorted(partitions - set(self._suspended) - set(self.writers))
+            for partition in sorted(partitions & set(self._suspended)):
+                warm = self._suspended.pop(partition)
+                if not warm.fenced:
+                    self.writers[partition] = warm  # stayed: no rescan, agents kept
+                    self._holds.lift(partition)
+                    await self.host.resume_partition(partition)  # any that stopped meanwhile
                     await self.schedules.resume(partition)
                     continue
-                if warm is not None:
-                    await self.host.release_partition(partition)
-                    await self.schedules.release(partition)
-                    await warm.stop()
+                await self.host.release_partition(partition)
+                await self.schedules.release(partition)
+                await self._holds.drop(partition)
+                await warm.stop()
+                await self._take_over(partition)
+            for partition in arrived:
                 await self._take_over(partition)
             log.info("owning partitions %s of %s", sorted(set(partitions) - self._unopened),
                      self.events_topic)
