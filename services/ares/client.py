@@ -32,7 +32,7 @@ from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.kafka.retry import connect
 from ares.events.model import ANY_VERSION, NewEvent
 from ares.events.wire.canonical import canonical_json
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, stop_client
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Client:
         await cancel_and_wait(listener)
         for client in (self._producer, self._replies):
             if client is not None:
-                await client.stop()
+                await stop_client(client)  # a client renewed after failures: aiokafka#647
         self._producer = self._replies = None
 
     @property
