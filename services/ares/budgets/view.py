@@ -45,7 +45,7 @@ from ares.llm.telemetry import (
     TokenStream,
     UsageRecord,
 )
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, stop_client
 from ares.topics import BUDGETS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class KafkaBudgetView:
         try:
             await self._consumer.start()
         except KafkaError as exc:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
             self._consumer = None
             raise translate(exc, "starting the budget view") from exc
         self._task = asyncio.create_task(self._follow(), name="budget-view")
@@ -96,7 +96,7 @@ class KafkaBudgetView:
             await cancel_and_wait(self._task, ignore_errors=True)
             self._task = None
         if self._consumer is not None:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
             self._consumer = None
 
     def note(self, record: UsageRecord) -> None:

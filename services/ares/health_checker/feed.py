@@ -34,6 +34,7 @@ from ares.events.wire.codec import decode, decode_event
 from ares.events.wire.schemas import HEARTBEAT
 from ares.health_checker.alerts import SOURCE, read_alerts, seek_to_time
 from ares.health_checker.detector import HealthState
+from ares.tasks import stop_client
 from ares.topics import ALERTS, EVENTS, HEARTBEATS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Feed(ConsumerRebalanceListener):  # type: ignore[misc]
     async def stop(self) -> None:
         for consumer in (self.consumer, self._alerts_reader):
             if consumer is not None:
-                await consumer.stop()
+                await stop_client(consumer)
         self.consumer = self._alerts_reader = None
 
     @property

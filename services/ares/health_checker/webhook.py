@@ -35,6 +35,7 @@ from ares.events.kafka.reader import new_consumer
 from ares.health_checker.alerts import alert_json, decode_alert, seek_to_time
 from ares.health_checker.metrics import HealthMetrics
 from ares.lifecycle.backoff import BackoffPolicy
+from ares.tasks import stop_client
 
 log = logging.getLogger(__name__)
 RETRIED_STATUS = frozenset({408, 425, 429})
@@ -134,7 +135,7 @@ class WebhookForwarder(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def stop(self) -> None:
         if self._consumer is not None:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
             self._consumer = None
         await self._sink.close()
 

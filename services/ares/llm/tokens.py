@@ -34,6 +34,7 @@ from ares.llm.telemetry import (
     count_field,
     text_field,
 )
+from ares.tasks import stop_client
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class TokenTail:
         return self._buffer.popleft()
 
     async def close(self) -> None:
-        await self._consumer.stop()
+        await stop_client(self._consumer)
 
 
 

@@ -91,7 +91,7 @@ class LiveFeed:
                 consumer.seek(tp, ends[tp])
                 await consumer.position(tp)  # resolved now: the end as of this moment
         except BaseException:
-            await consumer.stop()
+            await stop_client(consumer)
             raise
         self._consumer = consumer
         self._task = asyncio.create_task(self._follow(consumer), name="replay-live-feed")
@@ -142,4 +142,4 @@ class LiveFeed:
         await cancel_and_wait(task)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            await consumer.stop()
+            await stop_client(consumer)

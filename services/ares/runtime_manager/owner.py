@@ -38,7 +38,7 @@ from ares.runtime_manager.command_handler import CommandHandler, Topics
 from ares.runtime_manager.partition_host import PartitionHost, StreamsOnly
 from ares.runtime_manager.schedules import ScheduleKeeper
 from ares.runtime_manager.shutdown import ShutdownBudget, within
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, stop_client
 from ares.topics import COMMANDS, DLQ, EVENTS, REPLIES, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class PartitionOwner:
 
     async def _release(self) -> None:
         if self._consumer is not None:
-            await self._consumer.stop()  # commits nothing (offsets go with transactions)
+            await stop_client(self._consumer)  # commits nothing (offsets go with transactions)
         await self.host.close()
         for writer in [*self.writers.values(), *self._suspended.values()]:
             await writer.stop()

@@ -18,6 +18,7 @@ from ares.errors import SchemaError, UnavailableError
 from ares.events.kafka.retry import connect
 from ares.events.model import Event
 from ares.events.wire.codec import decode_event
+from ares.tasks import stop_client
 
 log = logging.getLogger(__name__)
 FETCH_TIMEOUT_MS = 500
@@ -86,9 +87,9 @@ class PartitionScanner:
         return self._consumer._client
 
     async def close(self) -> None:
-        await self._consumer.stop()
+        await stop_client(self._consumer)
         if self._uncommitted is not None:
-            await self._uncommitted.stop()
+            await stop_client(self._uncommitted)
 
     async def high_watermark(self, tp: TopicPartition) -> int:
         """The end of the log, committed or not (a read_uncommitted view)."""
