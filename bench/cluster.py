@@ -54,18 +54,18 @@ def _environ(**values: str | None) -> Iterator[None]:
     """``os.environ`` with ``values`` (None: unset) for the block, as it was afterwards."""
     saved = {name: os.environ.get(name) for name in values}
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(values)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(saved)
+
+
+def _set_environ(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -83,7 +83,7 @@ def build_mesh(cluster: KafkaCluster, clients: Sequence[str],
                 advertised = bind if source == node else route(
                     f"broker.{source}-{node}", f"{NODE}{source}", node, bind).listen_port
                 listeners[node].append((f"BROKER{source}", bind, advertised))
-    voters = {node: _voters(cluster, node, route) for node in nodes}
+    voters = {node: _voters(cluster, node, route) for node in nodes} if len(nodes) > 1 else {}
     for node in nodes:
         layout = cluster.node(node)
         names = [("PLAINTEXT", layout.port, layout.port), *listeners[node]]
@@ -104,8 +104,6 @@ def build_mesh(cluster: KafkaCluster, clients: Sequence[str],
 def _voters(cluster: KafkaCluster, node: int, route: Callable[[str, str, int, int], Route]
             ) -> str:
     """Node ``node``'s view of the quorum: itself directly, the others through proxies."""
-    if cluster.size == 1:
-        return cluster.first.quorum_voters
     entries = []
     for voter in cluster.nodes:
         port = voter.controller_port if voter.node_id == node else route(
