@@ -42,6 +42,8 @@ from bench.harness import (
     start_producer,
 )
 
+RAW_IDLE_S = 60.0  # the broker answered nothing new this long: the records are not there
+
 
 async def run(settings: Settings, records: int = 200_000, tenants: int = 1000,
               partitions: int = 4) -> Section:
@@ -90,8 +92,14 @@ async def _raw(settings: Settings, topic: str, partitions: int,
         await consumer.seek_to_beginning(*tps)
         watch = Stopwatch()
         seen = 0
+        idle_since = time.monotonic()
         while seen < records:
             batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+            if batch:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > RAW_IDLE_S:
+                raise RuntimeError(f"the raw consumer read {seen} of {records} records of "
+                                   f"{topic}, then nothing for {RAW_IDLE_S:.0f} s")
             for found in batch.values():
                 for record in found:
                     json.loads(record.value)
@@ -106,7 +114,10 @@ async def _keeper(settings: Settings, plan: object, records: int) -> dict[str, o
     watch = Stopwatch()
     await keeper.start()
     try:
-        while not keeper.ready:  # noqa: ASYNC110 (a property, no event to wait on)
+        while not keeper.ready:
+            if keeper.ended:  # a crashed loop never becomes ready: say why, do not hang
+                raise RuntimeError(f"the budget keeper ended before it was ready: "
+                                   f"{keeper.error!r}")
             await asyncio.sleep(0.005)
         measured = watch.stop(keeper.folded)
     finally:

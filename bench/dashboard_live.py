@@ -49,7 +49,7 @@ from ares.events.model import NewEvent
 from ares.events.wire.codec import decode_event
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projection import AGENT_COLUMNS
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, wait_for
 from ares.topics import EVENTS, apply_topics, delete_topics
 
 if __package__ in (None, ""):  # python bench/dashboard_live.py: make ``bench`` importable
@@ -95,7 +95,7 @@ class Arrivals:
         while not all(k in self.at for k in keys) and time.monotonic() < deadline:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
+                await wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
 
 
 async def follow_sse(session: aiohttp.ClientSession, url: str, arrivals: Arrivals,
@@ -239,7 +239,7 @@ async def _measure_live(settings: Settings, reader: ServiceProcess, port: int, t
         tail = asyncio.create_task(follow_raw(consumer, raw))
         appender = await KafkaEventStore.open(settings, topic=topic)
         try:
-            await asyncio.wait_for(subscribed.wait(), 30)
+            await wait_for(subscribed.wait(), 30)
             versions: dict[str, int] = {}
 
             async def append(agent_id: str, event: NewEvent) -> tuple[Key, float]:

@@ -62,6 +62,7 @@ from ares.events.wire.codec import decode_event
 from ares.lifecycle import events as ev
 from ares.lifecycle.state import AgentLifecycle
 from ares.runtime_manager.hosted import HostedAgent, run_open_tasks
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TopicPlan, apply_topics, delete_topics
 
 if __package__ in (None, ""):  # python bench/waits.py: make ``bench`` importable
@@ -521,7 +522,7 @@ async def timers(settings: Settings, *, count: int, window: tuple[float, float],
             await tail.until(lambda: tail.completed(agents, "t1"), count, timeout, "woken")
         cpu.append(proc_cpu_s(w.pid))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ceiling_done, 10)
+            await wait_for(ceiling_done, 10)
         waits = [tail.waits[(a, "t1")] for a in agents if (a, "t1") in tail.waits]
     woken = [(x.completed_at, x.deadline) for x in waits
              if x.completed_at is not None and x.deadline is not None]

@@ -46,6 +46,7 @@ from ares.events.chain import verify_chain
 from ares.events.kafka.partition_writer import transactional_id
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
+from ares.tasks import wait_for
 from ares.topics import EVENTS, apply_topics, load_topics
 from ares.topics.loader import ENV_ENVIRONMENT
 
@@ -96,7 +97,7 @@ async def cycle(settings: Settings, cluster: dev_kafka.KafkaCluster, topic: str,
     for agent in agents:
         agent.cancel()
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(store.close(), 10)
+        await wait_for(store.close(), 10)
     races = _race_lines(cluster)
     await asyncio.to_thread(dev_kafka.start_cluster, cluster, dev_kafka.kafka_version(), 180.0)
     if cluster.size > 1:

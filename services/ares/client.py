@@ -32,7 +32,7 @@ from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.kafka.retry import connect
 from ares.events.model import ANY_VERSION, NewEvent
 from ares.events.wire.canonical import canonical_json
-from ares.tasks import cancel_and_wait, stop_client
+from ares.tasks import cancel_and_wait, stop_client, wait_for
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class Client:
         try:
             await self._producer.send_and_wait(self.plan.name(COMMANDS), command.encode(),
                                                key=command.stream_id.encode())
-            return await asyncio.wait_for(waiter, timeout)
+            return await wait_for(waiter, timeout)
         except TimeoutError:
             raise UnavailableError(
                 f"no owner answered command {command.type} for stream {command.stream_id!r} "

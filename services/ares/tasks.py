@@ -4,15 +4,32 @@ an aiokafka client without mistaking its stray cancellation for ours).
 ``task.cancel()`` then ``with suppress(CancelledError): await task`` was written a dozen
 times, and it has a trap: when the *caller* is cancelled while it waits, the suppress
 swallows the caller's own cancellation too. ``cancel_and_wait`` tells the two apart.
+
+``wait_for`` replaces ``asyncio.wait_for``, which on Python 3.11 swallows a cancellation that
+arrives as the awaited thing completes (python/cpython#86296, fixed in 3.12): a loop around
+it then never ends, and neither does the stop that cancelled it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def wait_for(awaitable: Awaitable[T], timeout_s: float | None) -> T:
+    """``await awaitable``, ``TimeoutError`` after ``timeout_s`` seconds (None: no limit).
+
+    What 3.12's ``asyncio.wait_for`` is: built on ``asyncio.timeout``, which tells its own
+    cancellation from the caller's, so the caller's is never lost. On timeout the awaitable
+    is cancelled (a coroutine or task awaited here is cancelled with this task).
+    """
+    async with asyncio.timeout(timeout_s):
+        return await awaitable
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None,

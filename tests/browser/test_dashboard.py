@@ -21,6 +21,7 @@ from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import Event, NewEvent
 from ares.lifecycle.genealogy import genealogy
 from ares.runtime_manager.arena import CRASH_EXIT_CODE
+from ares.tasks import wait_for
 from ares.topics import EVENTS
 from tests.browser.conftest import (
     OPERATOR,
@@ -197,7 +198,7 @@ async def test_events_appended_before_the_live_stream_opens_are_shown_once(
         await page.route("**/ui/live?*", hold)
         await open_projected(page, arena, f"/ui/agents/{agent}",
                              tid("event-row", version=4))
-        await asyncio.wait_for(held.wait(), 30)
+        await wait_for(held.wait(), 30)
         await store.append(agent, chat_turn(1))  # after the render, before the stream
         go.set()
         await page.locator(tid("live-state", live="true")).wait_for()

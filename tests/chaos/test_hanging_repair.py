@@ -10,7 +10,6 @@ load, about one in ten restarts) for a check against the real thing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +29,7 @@ from ares.events.kafka.partition_writer import transactional_id
 from ares.events.kafka.reader import PartitionScanner
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent, StreamHead
+from ares.tasks import wait_for
 from ares.topics import COMMANDS, EVENTS, TopicPlan
 from tests.support.kafka import (
     UNVERIFIED_TRANSACTIONS,
@@ -111,7 +111,7 @@ async def test_a_takeover_completes_its_writers_hanging_transaction_as_decided(
     events = await _hang(settings, plan, commit=commit)
 
     with caplog.at_level(logging.WARNING, logger="ares.events.kafka.store"):
-        store = await asyncio.wait_for(KafkaEventStore.open(settings, topic=events.topic),
+        store = await wait_for(KafkaEventStore.open(settings, topic=events.topic),
                                        FOREVER_S / 10)
     try:
         # The coordinator's decision stands: the acknowledged appends of a committed

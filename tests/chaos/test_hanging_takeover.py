@@ -26,6 +26,7 @@ from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.runtime_manager import owner as owner_module
 from ares.runtime_manager.owner import PartitionOwner
+from ares.tasks import wait_for
 from ares.topics import EVENTS
 from tests.support.kafka import applied_topics, undecided_record
 
@@ -60,7 +61,7 @@ async def test_a_refused_partition_waits_for_the_operator_and_its_member_stays(
         async with undecided_record(kafka_bootstrap, topic, blocked, 0) as intruder:
             try:
                 await owner.start()
-                await asyncio.wait_for(owner.ready.wait(), 90)
+                await wait_for(owner.ready.wait(), 90)
                 assert sorted(owner.writers) == [1], "partition 0 must be refused, 1 served"
                 assert owner.waiting_partitions == {0}
                 assert any("hanging) transaction" in r.getMessage() for r in caplog.records)

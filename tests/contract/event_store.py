@@ -16,6 +16,7 @@ from ares.errors import ConflictError, FencedError
 from ares.events.chain import verify_chain
 from ares.events.model import Direction, EventFilter, NewEvent, StreamHead
 from ares.events.ports import EventStore
+from ares.tasks import wait_for
 
 OpenStore = Callable[[], Awaitable[EventStore]]
 
@@ -127,8 +128,8 @@ class EventStoreContract:
         subscription = store.subscribe(EventFilter(stream_id=stream, type_prefix="test.step."))
         try:
             await store.append(stream, new(1, "test.noted") + new(2, "test.step.done"))
-            first = await asyncio.wait_for(anext(subscription), 30)
-            second = await asyncio.wait_for(anext(subscription), 30)
+            first = await wait_for(anext(subscription), 30)
+            second = await wait_for(anext(subscription), 30)
         finally:
             await subscription.aclose()
         assert [(e.type, e.version) for e in (first, second)] == [

@@ -40,6 +40,7 @@ from ares.errors import AresError, InfrastructureError
 from ares.events.kafka.routing import partition_for
 from ares.events.model import NewEvent
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TopicPlan, apply_topics, load_topics
 from tests.support.kafka import admin_client
 from tests.support.workers import Worker, fleet_events, wait_group, workers
@@ -264,7 +265,7 @@ async def test_sigkill_of_an_events_partition_leader_loses_no_acknowledged_appen
         finally:
             appends.stop.set()  # appends in flight still run until acknowledged
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(running, PHASE_TIMEOUT_S)
+                await wait_for(running, PHASE_TIMEOUT_S)
             await client.close()
         assert manager.proc.poll() is None, (
             f"the runtime manager exited:\n{manager.log_text()[-3000:]}")

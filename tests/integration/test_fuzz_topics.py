@@ -53,6 +53,7 @@ from ares.llm.telemetry import UsageRecord
 from ares.replay_reader.service import ReplayReaderService
 from ares.runtime_manager.service import RuntimeManager
 from ares.service import Service
+from ares.tasks import wait_for
 from ares.topics import (
     ALERTS,
     BUDGET_LIMITS,
@@ -282,7 +283,7 @@ class Fleet:
         self.runtime = RuntimeManager(self.settings, self.plan, agents=[TEST_AGENTS],
                                       services=AgentServices(), session_timeout_ms=6000)
         await self.runtime.start()
-        await asyncio.wait_for(self.runtime.owner.ready.wait(), 60)
+        await wait_for(self.runtime.owner.ready.wait(), 60)
         await until("the runtime's budget view loaded",
                     lambda: self.runtime is not None and self.runtime.budget_view is not None
                     and self.runtime.budget_view.loaded)
@@ -307,7 +308,7 @@ class Fleet:
                                           host="127.0.0.1")
         await self.reader.start()
         assert self.reader.projector is not None
-        await asyncio.wait_for(self.reader.projector.caught_up.wait(), 60)
+        await wait_for(self.reader.projector.caught_up.wait(), 60)
         return self.reader
 
     async def start_keeper(self) -> BudgetKeeper:

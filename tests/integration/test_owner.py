@@ -3,7 +3,6 @@ dead-lettered with its reason and original bytes while the owner keeps serving."
 
 from __future__ import annotations
 
-import asyncio
 import io
 import time
 import uuid
@@ -25,6 +24,7 @@ from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.events.wire.schemas import COMMAND, registry
 from ares.runtime_manager.owner import PartitionOwner
+from ares.tasks import wait_for
 from ares.topics import COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 
@@ -106,7 +106,7 @@ async def test_a_command_on_the_wrong_partition_is_forwarded(
                                      key=stream.encode(), partition=wrong)
     finally:
         await producer.stop()
-    reply = await asyncio.wait_for(waiter, 30)
+    reply = await wait_for(waiter, 30)
     assert (reply.status, reply.stream_version) == ("ok", 1)
 
 
@@ -185,7 +185,7 @@ async def test_a_command_whose_sender_gave_up_is_not_run(
         await producer.send_and_wait(plan.name(COMMANDS), stale.encode(), key=stream.encode())
     finally:
         await producer.stop()
-    reply = await asyncio.wait_for(waiter, 30)
+    reply = await wait_for(waiter, 30)
     assert reply.status == "rejected"
     assert "expired" in reply.message
     assert await client.append(stream, [note(2)], expected_version=0) == 1  # nothing ran

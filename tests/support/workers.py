@@ -31,6 +31,7 @@ from ares.events.model import Event
 from ares.events.wire.codec import decode_event
 from ares.examples import evidence
 from ares.runtime_manager.service import RuntimeManager
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import admin_client, drain_records
 from tests.support.processes import ares_env
@@ -321,7 +322,7 @@ async def in_process_manager(settings: Settings, topics: TopicPlan,
                              session_timeout_ms=session_timeout_ms)
     await manager.start()
     try:
-        await asyncio.wait_for(manager.owner.ready.wait(), 60)
+        await wait_for(manager.owner.ready.wait(), 60)
         yield manager
     finally:
         await manager.stop()

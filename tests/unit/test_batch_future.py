@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ares.events.kafka.batch_future import BatchFuture, wake
+from ares.tasks import wait_for
 
 
 async def _await(future: BatchFuture) -> Any:
@@ -72,7 +73,7 @@ async def test_cancelling_the_waiting_task_cancels_the_future() -> None:
 async def test_wait_for_times_out_on_a_future_that_never_settles() -> None:
     future = BatchFuture(asyncio.get_running_loop())
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(_await(future), 0.01)
+        await wait_for(_await(future), 0.01)
     assert future.cancelled()
 
 

@@ -22,6 +22,7 @@ from ares.events.kafka.routing import partition_for
 from ares.runtime_manager.schedules import ScheduleKeeper
 from ares.schedules import model as sm
 from ares.schedules.model import Cron, Schedule, ScheduleError, decide, plan_after
+from ares.tasks import wait_for
 from ares.topics import TopicPlan, build_plan, load_topics
 
 T0 = datetime(2026, 3, 2, 8, 59, 30, tzinfo=UTC)  # a Monday
@@ -374,7 +375,7 @@ async def test_a_fenced_writer_stops_the_ticker() -> None:
         await wait_until(lambda: bool(writer.aborted))
         task = keeper.partitions[writer.partition].task
         assert task is not None
-        await asyncio.wait_for(task, 2)
+        await wait_for(task, 2)
         assert ticks_of(writer, keeper) == []
     finally:
         await keeper.close()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ares.service import Service
+from ares.tasks import wait_for
 
 
 class _Probe(Service):
@@ -120,7 +121,7 @@ async def test_a_crashed_task_ends_the_service_with_its_error(
     service = _Probe(**{"loop-a": _forever(ended, "a"), "loop-bad": _fail()})
     await service.start()
     with caplog.at_level(logging.ERROR, "ares.service"), pytest.raises(ValueError, match="boom"):
-        await asyncio.wait_for(service.wait_stopped(), 5)
+        await wait_for(service.wait_stopped(), 5)
     assert isinstance(service.error, ValueError)
     assert "loop-bad failed: ValueError('boom'); stopping" in caplog.text
     assert not service.ready
@@ -135,7 +136,7 @@ async def test_a_task_that_returns_ends_the_service() -> None:
 
     service = _Probe(**{"loop-once": done()})
     await service.start()
-    await asyncio.wait_for(service.wait_stopped(), 5)
+    await wait_for(service.wait_stopped(), 5)
     assert service.error is None
     assert service.ended
     await service.stop()
@@ -148,7 +149,7 @@ async def test_wait_stopped_returns_once_stopped() -> None:
     await asyncio.sleep(0)
     assert not waiting.done()
     await service.stop()
-    await asyncio.wait_for(waiting, 5)
+    await wait_for(waiting, 5)
 
 
 async def test_a_crash_during_the_drain_is_still_raised_by_wait_stopped() -> None:

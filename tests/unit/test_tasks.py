@@ -1,12 +1,14 @@
-"""``cancel_and_wait``: the one place that cancels background tasks and waits for them."""
+"""``cancel_and_wait``: the one place that cancels background tasks and waits for them;
+``wait_for``: a timeout that never loses the caller's cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from ares.tasks import cancel_and_wait, stop_client
+from ares.tasks import cancel_and_wait, stop_client, wait_for
 
 
 async def _forever() -> None:
@@ -93,3 +95,47 @@ async def test_stop_client_lets_the_callers_own_cancellation_through() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_cancellation_that_arrives_as_the_wait_completes_ends_the_loop() -> None:
+    """The budget keeper's publisher hung a stop this way: on 3.11 ``asyncio.wait_for``
+    returns the result instead of raising when the cancellation and the completion meet
+    (python/cpython#86296), and the loop around it waits forever."""
+    wake = asyncio.Event()
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await wait_for(wake.wait(), 60)
+            wake.clear()
+            rounds += 1
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    wake.set()  # the wait completes ...
+    task.cancel()  # ... as the stop cancels the loop
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task}, "the loop swallowed its cancellation"
+    assert task.cancelled()
+
+
+async def test_wait_for_times_out_and_cancels_what_it_awaited() -> None:
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def slow() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return "late"
+
+    with pytest.raises(TimeoutError):
+        await wait_for(slow(), 0.01)
+    assert started.is_set()
+    assert ended == ["cancelled"]
+    assert await wait_for(asyncio.sleep(0, "now"), None) == "now"

@@ -47,6 +47,7 @@ from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.kafka.routing import partition_for
 from ares.llm.telemetry import UsageRecord
 from ares.service import Service
+from ares.tasks import wait_for
 from ares.topics import BUDGET_LIMITS, BUDGETS, DLQ, USAGE, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -161,14 +162,17 @@ class BudgetKeeper(Service):
         now = self.clock()
         since = day_start(now) - REPLAY_MARGIN_S
         if tps:
+            # Every await first: the usage loop fetches while this listener waits, and a
+            # record fetched between a partition's seek and its new fold would be skipped
+            # (position moved, nothing folded), so the re-read would undercount.
             ends = await self._usage.end_offsets(tps)
             found = await self._usage.offsets_for_times({tp: int(since * 1000) for tp in tps})
+            committed = {tp: await self._usage.committed(tp) for tp in tps}
             for tp in tps:
                 hit = found.get(tp)
                 start = hit.offset if hit is not None else ends[tp]
                 self._usage.seek(tp, start)
-                committed = await self._usage.committed(tp)
-                self._handled[tp.partition] = committed or 0
+                self._handled[tp.partition] = committed[tp] or 0
                 self.folds[tp.partition] = UsageFold()  # rebuilt from scratch
                 self.live.discard(tp.partition)
                 if start >= ends[tp]:
@@ -233,7 +237,7 @@ class BudgetKeeper(Service):
     async def _publish_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.publish_interval_s / 2)
+                await wait_for(self._wake.wait(), self.publish_interval_s / 2)
             self._wake.clear()
             try:
                 await self.publish_due(self.clock())

@@ -45,7 +45,7 @@ from ares.llm.telemetry import (
     TokenStream,
     UsageRecord,
 )
-from ares.tasks import cancel_and_wait, stop_client
+from ares.tasks import cancel_and_wait, stop_client, wait_for
 from ares.topics import BUDGETS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class KafkaBudgetView:
         """Sleep, woken early by a change of the view (a new state, a raised limit)."""
         self._changed.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), seconds)
+            await wait_for(self._changed.wait(), seconds)
 
     async def _follow(self) -> None:
         assert self._consumer is not None

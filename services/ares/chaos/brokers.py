@@ -18,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from ares.devenv.quorum import describe
 from ares.errors import InfrastructureError
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 
 log = logging.getLogger(__name__)
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
@@ -25,7 +26,7 @@ GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 
 async def _admin(bootstrap: str) -> AIOKafkaAdminClient:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await asyncio.wait_for(admin.start(), 10.0)
+    await wait_for(admin.start(), 10.0)
     return admin
 
 
@@ -34,7 +35,7 @@ async def busiest_leader(bootstrap: str, topic: str) -> int | None:
     admin = await _admin(bootstrap)
     try:
         with quiet_aiokafka():
-            [described] = await asyncio.wait_for(admin.describe_topics([topic]), 10.0)
+            [described] = await wait_for(admin.describe_topics([topic]), 10.0)
         leaders = Counter(p["leader"] for p in described["partitions"] if p["leader"] >= 0)
         return leaders.most_common(1)[0][0] if leaders else None
     finally:
@@ -53,7 +54,7 @@ async def busiest_coordinator(bootstrap: str, group: str | None,
                     *((tid, TRANSACTION) for tid in transactional_ids)]
             for key, kind in keys:
                 try:
-                    node = await asyncio.wait_for(admin.find_coordinator(key, kind), 10.0)
+                    node = await wait_for(admin.find_coordinator(key, kind), 10.0)
                 except Exception as exc:  # a coordinator moving: count the others
                     log.info("find_coordinator %s: %r", key, exc)
                     continue

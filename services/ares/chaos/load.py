@@ -27,6 +27,7 @@ from ares.commands.model import Reply
 from ares.config import Settings
 from ares.errors import AresError
 from ares.events.model import NewEvent
+from ares.tasks import wait_for
 from ares.topics import TopicPlan
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class Load:
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await wait_for(self._stop.wait(), seconds)
 
     def summary(self) -> dict[str, Any]:
         return {"agents": len(self.acks.agents), "tasks_acknowledged": self.acks.task_count,

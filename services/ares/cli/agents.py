@@ -48,6 +48,7 @@ from ares.llm.telemetry import DELTA, RESTARTED, STREAM_ERROR
 from ares.llm.tokens import FROM_BEGINNING, FROM_CHOICES, TokenRecord, TokenTail
 from ares.logs import quiet_aiokafka
 from ares.resolution import resolve_call
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TOKENS, load_topics
 from ares.views.agents import AgentView, AgentViews, NoSuchAgentError, agent_builder
 from ares.views.team import Member, TeamScan, TeamTree, team_tree
@@ -526,7 +527,7 @@ async def _open_store(settings: Settings) -> KafkaEventStore:
     topic = load_topics(settings).name(EVENTS)
     what = "connecting the event reader"
     try:
-        return await asyncio.wait_for(KafkaEventStore.open(settings, owned=[], topic=topic),
+        return await wait_for(KafkaEventStore.open(settings, owned=[], topic=topic),
                                       settings.request_timeout_s + _TOPIC_WAIT_S + 1)
     except (KafkaError, TimeoutError) as exc:
         error = translate(exc, what)

@@ -26,6 +26,7 @@ from ares.errors import SchemaError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.health_checker.alerts import alert_json, decode_alert, seek_to_time
+from ares.tasks import wait_for
 from ares.topics import ALERTS, load_topics
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -78,7 +79,7 @@ async def _follow(consumer: AIOKafkaConsumer, settings: Settings, topic: str,
                   kinds: set[str], as_json: bool, max_alerts: int | None,
                   stop_after_s: float | None, since_s: float) -> None:
     try:
-        await asyncio.wait_for(consumer.start(), settings.request_timeout_s)
+        await wait_for(consumer.start(), settings.request_timeout_s)
         partitions = await topic_partitions(consumer, topic)
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)

@@ -11,7 +11,6 @@ does not parse), 4 broker unreachable, topics missing or no owner answered.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from ares.lifecycle.state import AGENT_STARTED
 from ares.logs import quiet_aiokafka
 from ares.schedules import model as sm
 from ares.schedules.model import Cron, Schedule, ScheduleError
+from ares.tasks import wait_for
 from ares.topics import EVENTS, SCHEDULES, load_topics
 from ares.views.agents import NoSuchAgentError
 
@@ -200,7 +200,7 @@ async def _check_agent(settings: Settings, agent_id: str) -> None:
     topic = load_topics(settings).name(EVENTS)
     what = "connecting the event reader"
     try:
-        store = await asyncio.wait_for(KafkaEventStore.open(settings, owned=[], topic=topic),
+        store = await wait_for(KafkaEventStore.open(settings, owned=[], topic=topic),
                                        settings.request_timeout_s + _TOPIC_WAIT_S + 1)
     except (KafkaError, TimeoutError) as exc:
         raise translate(exc, what) from exc

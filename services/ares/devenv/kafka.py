@@ -25,6 +25,7 @@ from pathlib import Path
 from ares.devenv import process, readiness
 from ares.devenv.paths import cache_dir
 from ares.errors import InfrastructureError
+from ares.tasks import wait_for
 
 # The newest Kafka on which every broker feature ares relies on passes with aiokafka
 # (transactions, fencing, read_committed, static membership): see docs/development.md.
@@ -523,8 +524,8 @@ async def probe(bootstrap: str, timeout_s: float = 5.0) -> int:
         bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
     )
     try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+        await wait_for(admin.start(), timeout_s)
+        cluster = await wait_for(admin.describe_cluster(), timeout_s)
         return len(cluster["brokers"])
     finally:
         await admin.close()

@@ -11,7 +11,6 @@ replicas.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -29,6 +28,7 @@ from aiokafka.protocol.types import (
 )
 
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 
 METADATA_TOPIC = "__cluster_metadata"  # the KRaft metadata log: one partition, 0
 
@@ -181,11 +181,11 @@ async def describe(bootstrap: str, timeout_s: float = 5.0) -> ClusterHealth:
                                 request_timeout_ms=int(timeout_s * 1000))
     try:
         with quiet_aiokafka():
-            await asyncio.wait_for(admin.start(), timeout_s)
-            cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
-            topics = await asyncio.wait_for(admin.describe_topics(), timeout_s)
+            await wait_for(admin.start(), timeout_s)
+            cluster = await wait_for(admin.describe_cluster(), timeout_s)
+            topics = await wait_for(admin.describe_topics(), timeout_s)
             node = admin._client.get_random_node()  # no public send
-            response = await asyncio.wait_for(
+            response = await wait_for(
                 admin._client.send(node, DescribeQuorumRequest()), timeout_s)
         return ClusterHealth(
             brokers=tuple(sorted(b["node_id"] for b in cluster["brokers"])),

@@ -24,6 +24,7 @@ from aiokafka.client import CoordinationType
 
 from ares.errors import InfrastructureError
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 
 PROBE_ID = "ares-readiness-probe"  # the group and transactional id of the probes
 POLL_S = 0.25
@@ -69,7 +70,7 @@ async def wait_until_serving(bootstrap: str, *, timeout_s: float,
                                           f"{stage} within {timeout_s:.0f}s ({last})")
             try:
                 with quiet_aiokafka():
-                    await asyncio.wait_for(check(bootstrap, opts), min(left, 10.0))
+                    await wait_for(check(bootstrap, opts), min(left, 10.0))
                 break
             except Exception as exc:  # any failure is "not yet"
                 last = str(exc) or type(exc).__name__

@@ -56,7 +56,7 @@ from ares.health_checker.model import (
 )
 from ares.health_checker.webhook import WebhookForwarder, WebhookSink
 from ares.service import Service
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, wait_for
 from ares.topics import ALERTS, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class HealthChecker(Service):
             return  # it beat again meanwhile: a member now is a live one
         assert self._admin is not None
         try:
-            how = await asyncio.wait_for(
+            how = await wait_for(
                 remove_member(self._admin, self.runtime_group, worker,
                               member_id=self._member_ids.get(worker)),
                 self.settings.request_timeout_s)
@@ -284,6 +284,6 @@ async def wait_ready(checker: HealthChecker, timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AresError(f"the health checker did not become ready in {timeout_s:g}s")
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(checker.wait_stopped(), 0.1)
+            await wait_for(checker.wait_stopped(), 0.1)
         if checker.ended:
             raise AresError("the health checker stopped before it was ready")

@@ -165,7 +165,7 @@ class TokenTail:
         return cls(consumer, tp, agent_id)
 
     async def next(self) -> TokenEvent:
-        """The agent's next record; waits for one. Safe to cancel (``asyncio.wait_for``):
+        """The agent's next record; waits for one. Safe to cancel (``ares.tasks.wait_for``):
         fetched records stay in the consumer until a later call takes them."""
         while not self._buffer:
             batch = await self._consumer.getmany(self.tp, timeout_ms=_POLL_MS)

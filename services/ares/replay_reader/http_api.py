@@ -61,6 +61,7 @@ from ares.replay_reader.projection import AgentRow, agent_json, genealogy_json
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
 from ares.replay_reader.source import NoSummaries
 from ares.resolution import resolve_call as resolve_in_doubt
+from ares.tasks import wait_for
 from ares.topics import TOKENS, load_topics
 from ares.views.agents import NoSuchAgentError, NotResolvableError
 from ares.views.team import Member, team_tree
@@ -849,7 +850,7 @@ async def sse_loop(response: web.StreamResponse, receive: Callable[[], Awaitable
     keepalive: it must lose nothing then."""
     while True:
         try:
-            item = await asyncio.wait_for(receive(), keepalive_s)
+            item = await wait_for(receive(), keepalive_s)
         except TimeoutError:
             await response.write(b": keepalive\n\n")
             continue

@@ -37,6 +37,7 @@ from ares.replay_reader.projection import (
     genealogy_rows,
     lifecycle_event,
 )
+from ares.tasks import wait_for
 
 DEFAULT_SCHEMA = "ares_projections"
 Offsets = dict[tuple[str, int], int]
@@ -77,7 +78,7 @@ class ProjectionStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(pool.close(), self._timeout)
+                await wait_for(pool.close(), self._timeout)
 
     async def _get_pool(self, *, force: bool = False) -> asyncpg.Pool:
         if self._pool is not None:

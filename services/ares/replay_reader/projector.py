@@ -38,7 +38,7 @@ from ares.replay_reader.pg_store import (
     ProjectionUnavailableError,
 )
 from ares.replay_reader.projection import AgentRow, BatchRows, Located, project
-from ares.tasks import stop_client
+from ares.tasks import stop_client, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class Projector:
 
 async def wait_caught_up(projector: Projector, timeout_s: float) -> bool:
     try:
-        await asyncio.wait_for(projector.caught_up.wait(), timeout_s)
+        await wait_for(projector.caught_up.wait(), timeout_s)
     except TimeoutError:
         return False
     return True

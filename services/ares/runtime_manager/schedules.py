@@ -49,7 +49,7 @@ from ares.events.kafka.routing import partition_for
 from ares.events.model import utc_now
 from ares.schedules import model as sm
 from ares.schedules.model import Schedule, ScheduleError, decide, plan_after
-from ares.tasks import cancel_and_wait
+from ares.tasks import cancel_and_wait, wait_for
 from ares.topics import COMMANDS, SCHEDULES, TopicPlan
 
 log = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ class ScheduleKeeper:
             delay = MAX_SLEEP_S if wake_at is None else (wake_at - utc_now()).total_seconds()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.wake.wait(), min(delay, MAX_SLEEP_S))
+                    await wait_for(state.wake.wait(), min(delay, MAX_SLEEP_S))
 
     def _due(self, state: _Partition,
              now: datetime) -> tuple[list[tuple[str, datetime, bool]], datetime | None]:

@@ -23,7 +23,6 @@ and is resurrected). Unset: no limit.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Mapping
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from ares.errors import ConfigError
+from ares.tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ async def within(budget: ShutdownBudget, phase: str, work: Awaitable[None]) -> b
         await work
         return True
     try:
-        await asyncio.wait_for(work, seconds)
+        await wait_for(work, seconds)
     except TimeoutError:
         OVERRUNS.labels(phase).inc()
         log.warning("shutdown: the %s phase overran its budget of %g s (%s) and was "

@@ -9,7 +9,6 @@ reason.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from ares.config import Settings
 from ares.errors import AresError, ConfigError, TransientError
 from ares.events.kafka.retry import retry
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 from ares.topics.diff import TopicState
 from ares.topics.spec import TopicSpec
 
@@ -142,7 +142,7 @@ class TopicAdmin:
         bootstrap = self._settings.kafka_bootstrap
 
         async def attempt() -> T:
-            return await asyncio.wait_for(operation(), self._timeout_s)
+            return await wait_for(operation(), self._timeout_s)
 
         try:
             return await retry(attempt, what=what, bootstrap=bootstrap,

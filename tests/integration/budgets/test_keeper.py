@@ -17,6 +17,7 @@ from ares.budgets.view import KafkaBudgetView
 from ares.config import Settings
 from ares.events.kafka import dlq
 from ares.llm.telemetry import FAIL, WAIT, BudgetExceeded
+from ares.tasks import wait_for
 from ares.topics import DLQ, USAGE, TopicPlan
 from tests.integration.budgets.support import StateFollower, producer, send_usage, usage
 from tests.support.kafka import applied_topics, drain_records
@@ -194,7 +195,7 @@ async def test_the_runtime_s_view_follows_the_keeper(plan: TopicPlan,
         assert not waiter.done()
         assert ares("budgets", "set", "acme", "--tokens-per-minute", "1000",
                     env=env).returncode == 0
-        assert 0.3 < await asyncio.wait_for(waiter, 10) < 10
+        assert 0.3 < await wait_for(waiter, 10) < 10
     finally:
         await out.stop()
         await view.stop()

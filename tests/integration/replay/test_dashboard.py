@@ -4,7 +4,6 @@ replay panel stepped, the login, and one live update over SSE."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
@@ -19,6 +18,7 @@ from ares.config import Settings
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.replay_reader.service import ReplayReaderService
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TopicPlan
 from tests.integration.replay.conftest import chat_events, write_streams
 
@@ -60,7 +60,7 @@ async def ui(rp_settings: Settings, plan: TopicPlan) -> AsyncIterator[str]:
     await service.start()
     try:
         assert service.projector is not None
-        await asyncio.wait_for(service.projector.caught_up.wait(), 120)
+        await wait_for(service.projector.caught_up.wait(), 120)
         yield f"http://127.0.0.1:{service.port}"
     finally:
         await service.stop()

@@ -19,6 +19,7 @@ from ares.config import Settings
 from ares.events.kafka.store import KafkaEventStore
 from ares.events.model import NewEvent
 from ares.replay_reader.service import ReplayReaderService
+from ares.tasks import wait_for
 from ares.topics import EVENTS, TopicPlan
 from tests.integration.replay.conftest import chat_events, write_streams
 from tests.integration.replay.test_replay_cli import DOWN_DSN
@@ -38,7 +39,7 @@ async def api(rp_settings: Settings, plan: TopicPlan) -> AsyncIterator[str]:
     service = ReplayReaderService(rp_settings, http_port=0, schema=schema, host="127.0.0.1")
     await service.start()
     assert service.projector is not None
-    await asyncio.wait_for(service.projector.caught_up.wait(), 60)
+    await wait_for(service.projector.caught_up.wait(), 60)
     yield f"http://127.0.0.1:{service.port}"
     await service.stop()
     conn = await asyncpg.connect(rp_settings.postgres_dsn)
@@ -62,7 +63,7 @@ async def schemathesis(base: str, tmp_path: Path, *extra: str,
         "--generation-database", "none", "--workers", "1", "--seed", "7", "--no-color",
         "--request-timeout", "20", *extra,
         cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), 280)
+    out, _ = await wait_for(proc.communicate(), 280)
     return proc.returncode or 0, out.decode()
 
 

@@ -17,6 +17,7 @@ from ares.config import Settings
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projector import Projector
 from ares.replay_reader.wiring import Topics, open_reader
+from ares.tasks import wait_for
 from ares.topics import TopicPlan
 from tests.integration.replay.conftest import chat_events, write_streams
 from tests.integration.replay.test_projector_crash import differences
@@ -107,7 +108,7 @@ async def test_the_projector_catches_up_after_an_outage_and_reads_survive_it(
     task = asyncio.create_task(projector.run())
     try:
         await write_streams(rp_settings, plan, before)
-        await asyncio.wait_for(projector.caught_up.wait(), 60)
+        await wait_for(projector.caught_up.wait(), 60)
         await proxy.down()
         await write_streams(rp_settings, plan, during)
         async with open_reader(via_proxy, topics, schema=schema) as reader:

@@ -21,6 +21,7 @@ from ares.replay_reader import migrations
 from ares.replay_reader.pg_store import ProjectionStore, ProjectionUnavailableError
 from ares.replay_reader.projection import agent_json
 from ares.replay_reader.service import ReplayReaderService
+from ares.tasks import wait_for
 from ares.topics import TopicPlan
 from tests.integration.replay.conftest import env_of, write_streams
 from tests.integration.replay.test_http_api import get, schemathesis
@@ -39,7 +40,7 @@ async def team_api(rp_settings: Settings, plan: TopicPlan) -> AsyncIterator[tupl
     service = ReplayReaderService(rp_settings, http_port=0, schema=schema, host="127.0.0.1")
     await service.start()
     assert service.projector is not None
-    await asyncio.wait_for(service.projector.caught_up.wait(), 60)
+    await wait_for(service.projector.caught_up.wait(), 60)
     yield f"http://127.0.0.1:{service.port}", schema
     await service.stop()
     conn = await asyncpg.connect(rp_settings.postgres_dsn)

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -33,6 +32,7 @@ from ares.lifecycle.recovery import CHECKPOINT_KEY, RecoveryRecord, state_hash
 from ares.runtime_manager.host import AgentHost
 from ares.runtime_manager.replay import snapshot_state
 from ares.runtime_manager.service import RuntimeManager
+from ares.tasks import wait_for
 from ares.topics import ALERTS, EVENTS, SNAPSHOTS, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.runtime import read_stream, types_of, wait_for_events
@@ -58,7 +58,7 @@ async def started_manager(settings: Settings, plan: TopicPlan) -> RuntimeManager
     manager = RuntimeManager(settings, plan, agents=[TEST_AGENTS], services=AgentServices(),
                              session_timeout_ms=6000)
     await manager.start()
-    await asyncio.wait_for(manager.owner.ready.wait(), 60)
+    await wait_for(manager.owner.ready.wait(), 60)
     return manager
 
 

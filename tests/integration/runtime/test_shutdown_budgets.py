@@ -5,7 +5,6 @@ log holds."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -17,6 +16,7 @@ from ares.client import Client
 from ares.config import Settings
 from ares.runtime_manager.service import RuntimeManager
 from ares.runtime_manager.shutdown import ShutdownBudget
+from ares.tasks import wait_for
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics
 from tests.support.runtime import read_stream
@@ -43,7 +43,7 @@ async def started(settings: Settings, plan: TopicPlan,
     manager = RuntimeManager(settings, plan, agents=[TEST_AGENTS], services=AgentServices(),
                              session_timeout_ms=6000, shutdown=shutdown)
     await manager.start()
-    await asyncio.wait_for(manager.owner.ready.wait(), 60)
+    await wait_for(manager.owner.ready.wait(), 60)
     return manager
 
 

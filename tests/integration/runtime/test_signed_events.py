@@ -10,7 +10,6 @@ the signature, and recovery quarantines the agent with an integrity alert.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +28,7 @@ from ares.events.model import Event, NewEvent, StreamHead
 from ares.events.signing import KeyEntry, Keyring, Signer
 from ares.events.wire.codec import decode, encode_event
 from ares.runtime_manager.service import RuntimeManager
+from ares.tasks import wait_for
 from ares.topics import ALERTS, EVENTS, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.processes import ares, ares_env
@@ -72,7 +72,7 @@ async def started_manager(settings: Settings, plan: TopicPlan) -> RuntimeManager
     manager = RuntimeManager(settings, plan, agents=[TEST_AGENTS], services=AgentServices(),
                              session_timeout_ms=6000)
     await manager.start()
-    await asyncio.wait_for(manager.owner.ready.wait(), 60)
+    await wait_for(manager.owner.ready.wait(), 60)
     return manager
 
 

@@ -46,6 +46,7 @@ from ares.devenv.security import (
 from ares.errors import AresError
 from ares.events.model import NewEvent
 from ares.logs import quiet_aiokafka
+from ares.tasks import wait_for
 from ares.topics import COMMANDS, EVENTS, TopicPlan, apply_topics, load_topics
 from tests.support.processes import ares_env
 from tests.support.runtime import read_stream, wait_for_events
@@ -224,8 +225,8 @@ async def _attempt(secured: Secured, who: str, commands: str) -> list[str]:
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
                                     request_timeout_ms=8000, **settings.kafka_options())
         try:
-            await asyncio.wait_for(producer.start(), 15)
-            await asyncio.wait_for(producer.send_and_wait(commands, b"forged", key=b"x"), 15)
+            await wait_for(producer.start(), 15)
+            await wait_for(producer.send_and_wait(commands, b"forged", key=b"x"), 15)
         except (KafkaError, TimeoutError) as exc:
             messages.append(f"{type(exc).__name__}: {exc}")
         else:

@@ -54,6 +54,7 @@ from ares.health_checker.alerts import read_alerts
 from ares.logs import quiet_aiokafka
 from ares.security.acls import SERVICES, plan_acls, writers
 from ares.security.admin import describe_acls
+from ares.tasks import wait_for
 from ares.topics import (
     ALERTS,
     COMMANDS,
@@ -402,8 +403,8 @@ async def test_a_forbidden_write_is_refused_and_writes_nothing(
     refused: BaseException | None = None
     with quiet_aiokafka():
         try:
-            await asyncio.wait_for(producer.start(), 20)
-            await asyncio.wait_for(producer.send_and_wait(topic, b"forged", key=b"victim"), 20)
+            await wait_for(producer.start(), 20)
+            await wait_for(producer.send_and_wait(topic, b"forged", key=b"victim"), 20)
         except (KafkaError, TimeoutError) as exc:
             refused = exc
         finally:
@@ -450,7 +451,7 @@ async def test_no_one_but_the_owners_writes_as_an_owner(mesh: Mesh) -> None:
         with quiet_aiokafka():
             try:
                 with pytest.raises(KafkaError, match=r"(?i)authoriz"):
-                    await asyncio.wait_for(producer.start(), 20)
+                    await wait_for(producer.start(), 20)
             finally:
                 await producer.stop()
 

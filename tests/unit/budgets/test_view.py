@@ -11,6 +11,7 @@ from ares.budgets.model import BudgetLimits, BudgetState, minute_start, utc_day
 from ares.budgets.view import KafkaBudgetView, NotingTelemetry
 from ares.config import Settings
 from ares.llm.telemetry import FAIL, WAIT, BudgetExceeded, MemoryTelemetry, UsageRecord
+from ares.tasks import wait_for
 from ares.topics import load_topics
 
 
@@ -54,7 +55,7 @@ async def test_wait_sleeps_until_the_minute_window_ends() -> None:
 
     ticking = asyncio.create_task(tick())
     try:
-        waited = await asyncio.wait_for(view.admit("acme", WAIT), 5)
+        waited = await wait_for(view.admit("acme", WAIT), 5)
     finally:
         ticking.cancel()
     assert 0.15 < waited < 1.5
@@ -73,7 +74,7 @@ async def test_a_waiter_is_woken_by_a_new_state() -> None:
     view.states["acme"] = BudgetState("acme", BudgetLimits(usd_per_day=5.0),
                                       minute_start(now), 0, utc_day(now), 1.5, False, "", now)
     view._changed.set()  # what a record from ares.budgets does
-    assert await asyncio.wait_for(waiter, 2) > 0.05
+    assert await wait_for(waiter, 2) > 0.05
 
 
 async def test_this_runtime_s_own_spending_counts_before_the_keeper_has_it() -> None:

@@ -16,6 +16,7 @@ from ares.llm import OpenAIProvider, offline_turn
 from ares.llm.anthropic_provider import AnthropicProvider
 from ares.llm.chat import conversation_hash, user
 from ares.llm.openai_provider import LlmSettings
+from ares.tasks import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -31,7 +32,7 @@ async def test_standalone_server_logs_each_request(tmp_path: Path, protocol: str
         stdout=asyncio.subprocess.PIPE)
     try:
         assert process.stdout is not None
-        base_url = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().strip()
+        base_url = (await wait_for(process.stdout.readline(), 30)).decode().strip()
         assert base_url.startswith("http://127.0.0.1:")
         cls = OpenAIProvider if protocol == "openai" else AnthropicProvider
         provider = cls(LlmSettings(base_url, "key", "m"))
@@ -43,7 +44,7 @@ async def test_standalone_server_logs_each_request(tmp_path: Path, protocol: str
         assert first.text == offline_turn([user("one")], [], "m").text
     finally:
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
+        assert await wait_for(process.wait(), 30) == 0
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["streamed"], r["status"], r["model"]) for r in records] == [
         (False, 200, "m"), (True, 200, "m")]

@@ -25,6 +25,7 @@ from ares.config import Settings
 from ares.errors import UnavailableError
 from ares.events.kafka.errors import is_retriable, reason, translate
 from ares.logs import NOTICES
+from ares.tasks import wait_for
 
 T = TypeVar("T")
 notices = logging.getLogger(NOTICES)
@@ -82,7 +83,7 @@ async def connect(factory: Callable[[], C], *, what: str, settings: Settings,
     async def attempt() -> C:
         client = factory()
         try:  # a start that hangs (a producer id never handed out) is one failed attempt
-            await asyncio.wait_for(client.start(), settings.request_timeout_s)
+            await wait_for(client.start(), settings.request_timeout_s)
         except BaseException:
             await shut(client)
             raise

@@ -26,6 +26,7 @@ from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.wire.codec import decode
 from ares.replay_reader.pg_store import ProjectionStore
 from ares.replay_reader.projection import agent_json
+from ares.tasks import wait_for
 from ares.topics.spec import HEARTBEATS
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class Heartbeats:
             if self._cached is not None and time.monotonic() < self._cached[0]:
                 return self._cached[1]
             try:
-                beats = await asyncio.wait_for(self._read(), 10)
+                beats = await wait_for(self._read(), 10)
                 self.error = None
                 ttl = HEARTBEATS_TTL_S
             except Exception as exc:  # the page says so; never fails because of it
@@ -205,7 +206,7 @@ class Heartbeats:
                     self._consumer = consumer
                 tps = [TopicPartition(topic, p) for p in
                        sorted(await topic_partitions(self._consumer, topic))]
-                ends = await asyncio.wait_for(self._consumer.end_offsets(tps), 10)
+                ends = await wait_for(self._consumer.end_offsets(tps), 10)
             except Exception as exc:
                 log.warning("end offsets of %s unreadable: %s", topic, exc)
                 return {}

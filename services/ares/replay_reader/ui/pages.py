@@ -3,7 +3,6 @@ feed of agent rows (see the package docstring and docs/dashboard.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +27,7 @@ from ares.replay_reader.pg_store import ProjectionUnavailableError
 from ares.replay_reader.projection import AgentRow
 from ares.replay_reader.session import NoSuchStreamError, ReplaySession, failure_json
 from ares.replay_reader.ui import data
+from ares.tasks import wait_for
 from ares.views.agents import NoSuchAgentError, agent_builder
 
 if TYPE_CHECKING:
@@ -441,7 +441,7 @@ class Dashboard:
                     sent = event.version
             while True:
                 try:
-                    live = await asyncio.wait_for(listener.next(), KEEPALIVE_S)
+                    live = await wait_for(listener.next(), KEEPALIVE_S)
                 except TimeoutError:
                     await response.write(b": keepalive\n\n")
                     continue
