@@ -9,7 +9,8 @@ Run alone: ``python bench/scaling.py [--agents N] [--partitions P] [--step-ms M]
 
 * **scale_out**: ``--add`` more workers start;
 * **scale_in**: the workers named by ``--remove`` (numbers: ``3`` is ``sc-w3``) get SIGTERM
-  (graceful: hand-off, final snapshots);
+  (graceful: hand-off, final snapshots; with ``--leave-on-stop`` they then leave the group,
+  ``ares run runtime-manager --leave-group-on-stop``, instead of waiting out their session);
 * **kill**: the workers named by ``--kill`` get SIGKILL (the group waits out their session).
 
 Per step: the group's assignment before and after (from the coordinator's description)
@@ -310,7 +311,7 @@ async def launch(settings: Settings, plan: TopicPlan, fleet: Sequence[str], step
 async def ours(settings: Settings, *, agents: int, partitions: int, initial: int,
                steps: Sequence[Step], step_ms: int, steady_s: float, observe_s: float,
                session_timeout_ms: int, group_heartbeat_ms: int, concurrency: int,
-               workdir: Path) -> dict[str, Any]:
+               workdir: Path, leave_on_stop: bool = False) -> dict[str, Any]:
     settings = bench_settings(settings)
     plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
@@ -319,7 +320,8 @@ async def ours(settings: Settings, *, agents: int, partitions: int, initial: int
     def spawn(instance: str) -> ServiceProcess:
         proc = ServiceProcess(instance, [
             "runtime-manager", "--instance-id", instance, "--session-timeout-ms",
-            str(session_timeout_ms), "--group-heartbeat-ms", str(group_heartbeat_ms)],
+            str(session_timeout_ms), "--group-heartbeat-ms", str(group_heartbeat_ms),
+            *(["--leave-group-on-stop"] if leave_on_stop else [])],
             env, workdir / f"{instance}.log")
         proc.start()
         return proc
@@ -485,7 +487,8 @@ async def run(settings: Settings, *, agents: int = 2000, partitions: int = 12, i
               add: int = 2, remove: Sequence[int] | str = (3,), kill: Sequence[int] | str = (1,),
               step_ms: int = 2000, steady_s: float = 10.0, observe_s: float = 15.0,
               session_timeout_ms: int = 10_000, group_heartbeat_ms: int = 1000,
-              concurrency: int = 100, raw: bool = True, raw_leave: bool = True) -> Section:
+              concurrency: int = 100, raw: bool = True, raw_leave: bool = True,
+              leave_on_stop: bool = False) -> Section:
     """The ``scaling`` report section (topics and groups of its own, deleted at the end)."""
     where = machine()
     removed, killed = _numbers(remove), _numbers(kill)
@@ -501,7 +504,7 @@ async def run(settings: Settings, *, agents: int = 2000, partitions: int = 12, i
                              steps=steps, step_ms=step_ms, steady_s=steady_s,
                              observe_s=observe_s, session_timeout_ms=session_timeout_ms,
                              group_heartbeat_ms=group_heartbeat_ms, concurrency=concurrency,
-                             workdir=workdir)
+                             workdir=workdir, leave_on_stop=leave_on_stop)
     parts: dict[str, Section] = {}
     for step in steps:
         mine = our_run["steps"][step.name]
@@ -531,7 +534,8 @@ async def run(settings: Settings, *, agents: int = 2000, partitions: int = 12, i
                         "add": add, "remove": removed, "kill": killed, "step_ms": step_ms,
                         "steady_s": steady_s, "observe_s": observe_s,
                         "session_timeout_ms": session_timeout_ms,
-                        "group_heartbeat_ms": group_heartbeat_ms, "raw_leave": raw_leave}
+                        "group_heartbeat_ms": group_heartbeat_ms, "raw_leave": raw_leave,
+                        "leave_on_stop": leave_on_stop}
     report["machine"] = where
     return report
 
@@ -568,6 +572,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw-static-close", dest="raw_leave", action="store_false",
                         help="raw members close without a LeaveGroup on SIGTERM (aiokafka's "
                              "default for static members)")
+    parser.add_argument("--leave-on-stop", dest="leave_on_stop", action="store_true",
+                        help="our workers run with --leave-group-on-stop: a scale in's "
+                             "partitions move at the stop, not after the session timeout")
 
 
 if __name__ == "__main__":

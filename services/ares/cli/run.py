@@ -57,6 +57,12 @@ def run() -> None:
               help="Consumer-group heartbeat: how soon this worker hears of a rebalance, so "
                    "the floor of a failover (250 with the health checker's "
                    "--remove-lost-workers true for sub-second failover, docs/health.md).")
+@click.option("--leave-group-on-stop", is_flag=True, envvar="ARES_LEAVE_GROUP_ON_STOP",
+              show_envvar=True,
+              help="On a graceful stop, leave the consumer group by the instance id, so the "
+                   "partitions move at once: for a scale in. Without it a static member's "
+                   "partitions wait out --session-timeout-ms, so that a restart gets them "
+                   "back without a rebalance (docs/operations.md).")
 @click.option("--snapshot-every", type=click.IntRange(1), default=200, show_default=True,
               envvar="ARES_SNAPSHOT_EVERY", show_envvar=True,
               help="Events of an agent between automatic snapshots.")
@@ -68,8 +74,8 @@ def run() -> None:
 @click.pass_context
 def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout_ms: int,
                     agent_specs: tuple[str, ...], heartbeat_interval: float,
-                    group_heartbeat_ms: int, snapshot_every: int, arena: bool | None,
-                    log_level: str) -> None:
+                    group_heartbeat_ms: int, leave_group_on_stop: bool, snapshot_every: int,
+                    arena: bool | None, log_level: str) -> None:
     """Owns partitions of the event log and hosts their agents.
 
     Every instance joins the consumer group <prefix>ares-runtime; the owner of partition p
@@ -86,6 +92,7 @@ def runtime_manager(ctx: click.Context, instance_id: str | None, session_timeout
                              instance_id=instance_id, session_timeout_ms=session_timeout_ms,
                              heartbeat_interval_s=heartbeat_interval,
                              group_heartbeat_ms=group_heartbeat_ms,
+                             leave_group_on_stop=leave_group_on_stop,
                              host_config=HostConfig(snapshot_every=snapshot_every),
                              # ARES_SHUTDOWN_<PHASE>_S, as the Helm chart sets them
                              shutdown=ShutdownBudget.from_env())

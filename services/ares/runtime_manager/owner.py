@@ -27,7 +27,7 @@ from ares.commands.policy import IssuerPolicy
 from ares.config import Settings
 from ares.errors import AresError, FencedError
 from ares.events.kafka.errors import translate
-from ares.events.kafka.groups import describe_group, runtime_group
+from ares.events.kafka.groups import describe_group, remove_member, runtime_group
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager import crash_points
@@ -57,7 +57,8 @@ class PartitionOwner:
                  host: PartitionHost | None = None, instance_id: str | None = None,
                  session_timeout_ms: int = 10_000, client_id: str | None = None,
                  arena: Arena | None = None, shutdown: ShutdownBudget | None = None,
-                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
+                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
+                 leave_group_on_stop: bool = False) -> None:
         self.settings = settings
         self.plan = plan
         self.host: PartitionHost = host or StreamsOnly(settings, plan)
@@ -89,6 +90,7 @@ class PartitionOwner:
         # with REBALANCE_IN_PROGRESS): the floor of a failover's hand-over to survivors.
         self._group_heartbeat_ms = group_heartbeat_ms
         self.shutdown = shutdown or ShutdownBudget()
+        self.leave_group_on_stop = leave_group_on_stop
         # Revoked partitions' writers, warm, until the assignment says whether they stay;
         # meanwhile their agents run and nothing of them commits (``assignment``).
         self._suspended: dict[int, PartitionWriter] = {}
@@ -155,8 +157,8 @@ class PartitionOwner:
     async def stop(self) -> None:
         """Graceful, in phases, each within its budget (``ares.runtime_manager.shutdown``):
         stop taking commands (the batch in flight finishes), stop the agents, record their
-        hand-off with final snapshots, then leave the group (so partitions move at once)
-        and release the writers."""
+        hand-off with final snapshots, then leave the group and release the writers. A
+        static member leaves only with ``leave_group_on_stop`` (``_leave_group``)."""
         if self._stopping:
             return
         self._stopping = True
@@ -182,6 +184,8 @@ class PartitionOwner:
     async def _release(self) -> None:
         if self._consumer is not None:
             await stop_client(self._consumer)  # commits nothing (offsets go with transactions)
+        if self.leave_group_on_stop:
+            await self._leave_group()
         await self.host.close()
         for writer in [*self.writers.values(), *self._suspended.values()]:
             await writer.stop()
@@ -191,6 +195,27 @@ class PartitionOwner:
             await self._scanner.close()
         if self._admin is not None:
             await self._admin.close()
+
+    async def _leave_group(self) -> None:
+        """Remove this static member from the group now, by its instance id.
+
+        A static member's consumer sends no LeaveGroup when it stops: that is what lets a
+        restarted pod, back within the session timeout, keep its partitions without a
+        rebalance. A scale in is the other case: nobody comes back, and the partitions would
+        wait out the whole session. Told the stop is for good, the member removes itself as
+        KIP-345's admin call does (Kafka Streams' ``CloseOptions.leaveGroup`` is the same
+        choice), so the survivors take its partitions over at once. A dynamic member left
+        when its consumer stopped."""
+        if self._instance_id is None or self._admin is None:
+            return
+        try:
+            how = await remove_member(self._admin, self.group_id, self._instance_id)
+        except KafkaError as exc:  # the partitions still move, after the session timeout
+            log.warning("%s: could not leave the group %s (%s); its partitions move when "
+                        "its session times out", self.client_id, self.group_id, exc)
+            return
+        log.info("%s: left the group %s (%s member): its partitions move now",
+                 self.client_id, self.group_id, how)
 
     # -- rebalancing ---------------------------------------------------------------------
 

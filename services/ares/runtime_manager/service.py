@@ -43,7 +43,8 @@ class RuntimeManager(Service):
                  services: AgentServices | None = None,
                  guard: ResurrectionGuard | None = None,
                  shutdown: ShutdownBudget | None = None,
-                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
+                 group_heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
+                 leave_group_on_stop: bool = False) -> None:
         super().__init__()
         self.settings = settings
         self.worker_id = default_worker_id(instance_id)
@@ -68,7 +69,8 @@ class RuntimeManager(Service):
         self.owner = PartitionOwner(settings, plan, self.host, instance_id=instance_id,
                                     session_timeout_ms=session_timeout_ms,
                                     client_id=self.worker_id, shutdown=shutdown,
-                                    group_heartbeat_ms=group_heartbeat_ms)
+                                    group_heartbeat_ms=group_heartbeat_ms,
+                                    leave_group_on_stop=leave_group_on_stop)
         self.host.letters = self.owner.schedules.letters = self.letters
         self._heartbeat_topic = plan.name(HEARTBEATS)
         self._heartbeat_interval_s = heartbeat_interval_s
