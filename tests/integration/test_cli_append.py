@@ -97,7 +97,8 @@ def test_bad_input_is_a_usage_error(env: dict[str, str], args: list[str],
 
 def test_unreachable_broker_exits_4(env: dict[str, str]) -> None:
     done = ares("events", "append", "agent-x", "--type", "note.added",
-                env=dict(env, ARES_KAFKA_BOOTSTRAP="127.0.0.1:1", ARES_REQUEST_TIMEOUT_S="3"))
+                env=dict(env, ARES_KAFKA_BOOTSTRAP="127.0.0.1:1", ARES_REQUEST_TIMEOUT_S="3",
+                         ARES_RETRY_TIMEOUT_S="1"))
     assert done.returncode == 4
     assert "ares dev up" in done.stderr
 

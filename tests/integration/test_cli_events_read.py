@@ -64,9 +64,10 @@ def ares(settings: Settings, *args: str) -> Result:
                               catch_exceptions=False)
 
 
-def ares_process(settings: Settings, *args: str) -> subprocess.Popen[str]:
+def ares_process(settings: Settings, *args: str, **env: str) -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ARES_")}
     environ["PYTHONFAULTHANDLER"] = "1"  # SIGABRT prints every thread's stack (a hang's why)
+    environ.update(env)
     return subprocess.Popen(
         [str(ARES), "--bootstrap-servers", settings.kafka_bootstrap, "--topic-prefix",
          settings.topic_prefix, *args],
@@ -373,11 +374,9 @@ def test_tail_human_lines_and_module_filter(env: Settings) -> None:
 
 
 def test_tail_ends_on_timeout(env: Settings) -> None:
-    started = time.monotonic()
     tail = Tail(env, "--timeout", "1")
-    code, out, err = tail.finish()
+    code, out, err = tail.finish()  # a tail that ignored --timeout would outlive finish's
     assert (code, out) == (0, ""), err
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -399,17 +398,17 @@ UNREACHABLE = Settings(kafka_bootstrap="127.0.0.1:1")
 
 @pytest.mark.parametrize("args", [["events", "read", "agent-a"],
                                   ["events", "dump", "--topic", "ares.events"],
-                                  ["events", "tail", "--timeout", "30"]])
+                                  ["events", "tail", "--timeout", "3600"]])
 def test_an_unreachable_broker_is_exit_4(args: list[str]) -> None:
-    started = time.monotonic()
-    process = ares_process(UNREACHABLE, *args)
+    # The retry budget shortened (what is checked is the exit and the advice); a tail that
+    # waited for its own --timeout instead of failing would outlive communicate's.
+    process = ares_process(UNREACHABLE, *args, ARES_RETRY_TIMEOUT_S="1")
     out, err = process.communicate(timeout=60)
     assert process.returncode == 4, err
     assert out == ""
     assert "ares dev up" in err
     assert "ARES_KAFKA_BOOTSTRAP" in err
     assert "Traceback" not in err
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("args", [["events", "read", "agent-a"],
