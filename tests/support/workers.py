@@ -27,6 +27,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from ares.agents.host_api import AgentServices
 from ares.config import Settings
+from ares.events.kafka import groups
 from ares.events.model import Event
 from ares.events.wire.codec import decode_event
 from ares.examples import evidence
@@ -142,6 +143,13 @@ async def describe_group(settings: Settings, group_id: str, topic: str) -> Group
             owned = frozenset(p for t, ps in decoded.assignment if t == topic for p in ps)
         assignments.append(owned)
     return GroupState(group["state"], tuple(assignments))
+
+
+async def group_view(settings: Settings) -> groups.GroupView:
+    """The runtime group now, as the coordinator describes it (members by client id)."""
+    async with admin_client(settings.kafka_bootstrap) as admin:
+        return await groups.describe_group(admin, groups.runtime_group(settings),
+                                           settings=settings)
 
 
 async def wait_group(settings: Settings, plan: TopicPlan, members: int,

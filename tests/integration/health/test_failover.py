@@ -18,19 +18,25 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
 from ares.client import Client
 from ares.config import Settings
 from ares.events.chain import verify_chain
-from ares.events.kafka.groups import GroupView, describe_group, runtime_group
 from ares.events.model import Event
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.service import HealthChecker, wait_ready
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics
-from tests.support.workers import epoch, has, host_of, wait_fleet, wait_group, workers
+from tests.support.workers import (
+    epoch,
+    group_view,
+    has,
+    host_of,
+    wait_fleet,
+    wait_group,
+    workers,
+)
 
 log = logging.getLogger(__name__)
 PARTITIONS = 6
@@ -73,15 +79,6 @@ async def start_fleet(settings: Settings, plan: TopicPlan, agents: Sequence[str]
         await asyncio.gather(*(launch(a) for a in agents))
 
 
-async def group_now(settings: Settings) -> GroupView:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        return await describe_group(admin, runtime_group(settings), settings=settings)
-    finally:
-        await admin.close()
-
-
 async def until_removed(checker: HealthChecker, worker: str,
                         timeout_s: float = 25.0) -> tuple[str, float]:
     """How and when the checker removed ``worker`` from the group (fails after
@@ -118,12 +115,12 @@ async def test_the_checker_removes_a_killed_worker_and_its_agents_resume(
         assert busy, "the victim hosts busy agents"
         victim = procs[victim_id]
         assert victim.proc.poll() is None  # alive until the kill
-        members_before = (await group_now(settings)).client_ids
+        members_before = (await group_view(settings)).client_ids
         assert {victim_id, survivor} <= members_before
 
         killed_at = victim.kill()
         how, removed_at = await until_removed(checker, victim_id)
-        members_after = (await group_now(settings)).client_ids
+        members_after = (await group_view(settings)).client_ids
         resumed = await wait_fleet(
             settings, topics, orphans,
             lambda es: any(e.type == "agent.resurrected" and e.payload["worker"] == survivor

@@ -17,15 +17,14 @@ import pytest
 
 from ares.client import Client
 from ares.config import Settings
-from ares.events.kafka.groups import describe_group
 from ares.events.kafka.routing import partition_for
 from ares.topics import TopicPlan
-from tests.support.kafka import admin_client, applied_topics
+from tests.support.kafka import applied_topics
 from tests.support.processes import ares_env
 from tests.support.workers import (
+    group_view,
     has,
     host_of,
-    runtime_group,
     start_worker,
     stop_worker,
     wait_fleet,
@@ -58,12 +57,6 @@ def agents_on_every_partition(per_partition: int) -> list[str]:
     return [agent for ids in found.values() for agent in ids]
 
 
-async def members(settings: Settings) -> frozenset[str]:
-    async with admin_client(settings.kafka_bootstrap) as admin:
-        view = await describe_group(admin, runtime_group(settings), settings=settings)
-    return view.client_ids
-
-
 async def test_a_worker_told_to_leave_gives_its_partitions_up_at_its_stop(
         lg_settings: Settings, plan: TopicPlan, tmp_path: Path) -> None:
     env = ares_env(lg_settings, PARTITIONS)
@@ -85,7 +78,7 @@ async def test_a_worker_told_to_leave_gives_its_partitions_up_at_its_stop(
         leaving.proc.send_signal(signal.SIGTERM)
         assert leaving.proc.wait(timeout=60) == 0, leaving.log_text()[-3000:]
         assert "left the group" in leaving.log_text()
-        assert "lg-a" not in await members(lg_settings)
+        assert "lg-a" not in (await group_view(lg_settings)).client_ids
 
         # The survivor owns every partition and the moved agents work on there.
         await wait_group(lg_settings, plan, 1)
@@ -100,7 +93,7 @@ async def test_a_worker_told_to_leave_gives_its_partitions_up_at_its_stop(
         staying.proc.send_signal(signal.SIGTERM)
         assert staying.proc.wait(timeout=60) == 0, staying.log_text()[-3000:]
         assert "left the group" not in staying.log_text()
-        assert "lg-b" in await members(lg_settings)
+        assert "lg-b" in (await group_view(lg_settings)).client_ids
     finally:
         stop_worker(leaving)
         stop_worker(staying)

@@ -73,8 +73,12 @@ def _listed(env: dict[str, str]) -> dict[str, dict[str, object]]:
 
 
 def _tick_of(task_id: str, name: str) -> datetime:
-    return datetime.strptime(task_id.removeprefix(f"schedule:{name}:"),
-                             "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return _tick(task_id.removeprefix(f"schedule:{name}:"))
+
+
+def _tick(text: str) -> datetime:
+    """A tick as the schedules print it (``ares.schedules.model.tick_text``)."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _ticks(events: Sequence[Event], name: str) -> list[str]:
@@ -226,8 +230,7 @@ async def test_create_list_pause_resume_delete(owner: Path, env: dict[str, str],
     assert resumed.startswith(f"{name}: resumed; next tick ")
     # The owner's next tick from the moment it applied the resume: a clock read here, after
     # the CLI returned, can be later than a tick that rightly fired after the resume.
-    next_tick = datetime.strptime(resumed.rsplit(" ", 1)[1],
-                                  "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    next_tick = _tick(resumed.rsplit(" ", 1)[1])
     events = await wait_for_events(
         cli_settings, cli_plan, "sched-target",
         lambda es: any(_tick_of(t, name) >= next_tick for t in _ticks(es, name)),
