@@ -27,6 +27,7 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
+from ares.events.kafka.internals import admin_send
 from ares.logs import quiet_aiokafka
 from ares.tasks import wait_for
 
@@ -184,9 +185,7 @@ async def describe(bootstrap: str, timeout_s: float = 5.0) -> ClusterHealth:
             await wait_for(admin.start(), timeout_s)
             cluster = await wait_for(admin.describe_cluster(), timeout_s)
             topics = await wait_for(admin.describe_topics(), timeout_s)
-            node = admin._client.get_random_node()  # no public send
-            response = await wait_for(
-                admin._client.send(node, DescribeQuorumRequest()), timeout_s)
+            response = await wait_for(admin_send(admin, DescribeQuorumRequest()), timeout_s)
         return ClusterHealth(
             brokers=tuple(sorted(b["node_id"] for b in cluster["brokers"])),
             controller=cluster.get("controller_id"),

@@ -28,6 +28,7 @@ from ares.config import Settings
 from ares.errors import AresError, FencedError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.groups import describe_group, remove_member, runtime_group
+from ares.events.kafka.internals import group_generation, heartbeat
 from ares.events.kafka.partition_writer import PartitionWriter, TransactionScope
 from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.runtime_manager import crash_points
@@ -253,8 +254,8 @@ class PartitionOwner:
 
     def _expelled(self) -> bool:
         # aiokafka resets the generation when the coordinator no longer knows the member.
-        coordinator = getattr(self._consumer, "_coordinator", None)
-        return coordinator is not None and coordinator.generation < 0
+        generation = None if self._consumer is None else group_generation(self._consumer)
+        return generation is not None and generation < 0
 
     async def on_assigned(self, partitions: set[int]) -> None:
         async with self._lock, _heartbeats_kept(self._consumer):
@@ -468,22 +469,24 @@ async def _heartbeats_kept(consumer: AIOKafkaConsumer | None) -> AsyncIterator[N
     transaction's wait) got the member expelled mid-takeover: the group rebalanced, the
     next member started the same takeover and was expelled in turn, forever, and no error
     was ever logged. The Java client heartbeats from a thread during callbacks (KIP-62);
-    this does the same with aiokafka 0.14's own heartbeat request. A heartbeat that finds
-    the group rebalancing asks for a rejoin, which happens once the callback returns.
+    this does the same with aiokafka 0.14's own heartbeat request (``internals.heartbeat``;
+    ``ares run`` refuses to start with an aiokafka that lacks it, rather than running
+    without). A heartbeat that finds the group rebalancing asks for a rejoin, which
+    happens once the callback returns.
     """
-    coordinator = getattr(consumer, "_coordinator", None)
-    beat = getattr(coordinator, "_do_heartbeat", None)
-    if beat is None:
+    if consumer is None:  # not started yet: no member to keep alive
         yield
         return
+    member = consumer
 
     async def loop() -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_MS / 1000)
-            if getattr(coordinator, "generation", -1) < 0:
+            generation = group_generation(member)
+            if generation is None or generation < 0:
                 return  # no longer a member: nothing to keep alive
             try:
-                await beat()
+                await heartbeat(member)
             except KafkaError as exc:
                 log.debug("heartbeat during a rebalance callback failed: %s", exc)
 

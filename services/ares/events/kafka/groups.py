@@ -29,6 +29,7 @@ from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from ares.config import Settings
 from ares.errors import UnavailableError
+from ares.events.kafka.internals import admin_send
 from ares.events.kafka.retry import retry
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,8 @@ async def _leave(admin: AIOKafkaAdminClient, group_id: str, member_id: str,
     """One LeaveGroup v3 for one member, sent to the group's coordinator: the member's
     error code (0: removed)."""
     node = await admin.find_coordinator(group_id)
-    response: Any = await admin._client.send(  # no public send for requests it lacks
-        node, LeaveGroupMembersRequest(group_id, [(member_id, instance_id)]))
+    response: Any = await admin_send(
+        admin, LeaveGroupMembersRequest(group_id, [(member_id, instance_id)]), node)
     if response.error_code:
         raise for_code(response.error_code)(f"removing a member from the group {group_id}")
     codes = [code for _mid, _iid, code in response.members]

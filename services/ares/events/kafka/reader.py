@@ -15,6 +15,7 @@ from aiokafka.structs import ConsumerRecord
 
 from ares.config import Settings
 from ares.errors import SchemaError, UnavailableError
+from ares.events.kafka.internals import consumer_client
 from ares.events.kafka.retry import connect
 from ares.events.model import Event
 from ares.events.wire.codec import decode_event
@@ -47,7 +48,8 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
     """
     deadline = time.monotonic() + wait_s
     while True:
-        cluster = await consumer._client.fetch_all_metadata()
+        # Fresh metadata: the consumer's partitions_for_topic answers from a cache.
+        cluster = await consumer_client(consumer).fetch_all_metadata()
         found: set[int] | None = cluster.partitions_for_topic(topic)
         if found or time.monotonic() > deadline:
             break
@@ -84,7 +86,7 @@ class PartitionScanner:
     @property
     def client(self) -> AIOKafkaClient:
         """The underlying Kafka client, for requests the consumer API has no call for."""
-        return self._consumer._client
+        return consumer_client(self._consumer)
 
     async def close(self) -> None:
         await stop_client(self._consumer)

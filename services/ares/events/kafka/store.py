@@ -21,6 +21,7 @@ from ares import metrics
 from ares.config import Settings
 from ares.errors import AresError, IntegrityError, SchemaError
 from ares.events.kafka.errors import translate
+from ares.events.kafka.internals import add_partition_to_transaction, producer_id
 from ares.events.kafka.partition_writer import PartitionWriter, transactional_id
 from ares.events.kafka.reader import PartitionScanner, new_consumer
 from ares.events.kafka.routing import partition_for
@@ -305,8 +306,7 @@ async def _hanging_decision(scanner: PartitionScanner, producer: AIOKafkaProduce
         holders = await open_transactions(scanner.client, tp)
     except KafkaError as exc:
         return None, f"the partition's producers could not be described: {exc!r}"
-    our_producer_id = producer._txn_manager.producer_id  # aiokafka exposes it nowhere else
-    return hanging_decision(before, holders, our_producer_id)
+    return hanging_decision(before, holders, producer_id(producer))
 
 
 async def _complete_hanging(producer: AIOKafkaProducer, tp: TopicPartition,
@@ -316,7 +316,7 @@ async def _complete_hanging(producer: AIOKafkaProducer, tp: TopicPartition,
     open transaction on a partition with the next marker of that producer id)."""
     try:
         await producer.begin_transaction()
-        producer._txn_manager.maybe_add_partition_to_txn(tp)
+        add_partition_to_transaction(producer, tp)
         if decision is Decision.COMMIT:
             await producer.commit_transaction()
         else:
