@@ -20,7 +20,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ares.events.kafka import internals
 from ares.probes import ProbeServer
 from ares.tasks import cancel_and_wait
 
@@ -135,12 +134,7 @@ async def serve(service: Service, http_port: int | None = None,
     With ``http_port``, /healthz /readyz /metrics are served from before the start (liveness
     answers during a long recovery) until after the stop. ``wait_for`` runs before the
     start (waiting for the broker); a signal meanwhile ends the process with 0.
-
-    First of all, the installed aiokafka must have every private attribute ares reaches for
-    (``internals.check``): a ``ConfigError`` naming what is missing, never a service that
-    runs with a safety feature silently off.
     """
-    internals.check()
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals_seen = 0

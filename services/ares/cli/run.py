@@ -14,6 +14,7 @@ from ares.cli.common import run_async, settings_of
 from ares.cli.compaction import compaction_config, compaction_options
 from ares.compactor.service import CompactorService
 from ares.config import Settings
+from ares.events.kafka import internals
 from ares.events.kafka.broker_wait import wait_for_broker
 from ares.events.signing import configured_signer
 from ares.gc_policy import apply_gc_policy
@@ -213,7 +214,12 @@ def budget_keeper(ctx: click.Context, publish_interval: float, log_level: str) -
 
 def _serve(ctx: click.Context, service: Service, settings: Settings, *,
            probes: bool = True, probe_port: int | None = None) -> None:
-    """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code."""
+    """Wait for the broker (ARES_STARTUP_TIMEOUT_S), run ``service``, exit with its code.
+
+    First of all, before anything is logged: the installed aiokafka must have every private
+    attribute ares reaches for (``internals.check``), or the process exits 2 with one line
+    naming what is missing, instead of a service running with a safety feature off."""
+    internals.check()
     young, _, _ = apply_gc_policy(settings.gc_threshold)
     log.info("garbage collector: young-generation threshold %d (ARES_GC_THRESHOLD)", young)
     wait = partial(wait_for_broker, settings, f"starting the {service.name.replace('-', ' ')}")
