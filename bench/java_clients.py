@@ -5,7 +5,7 @@ Run alone: ``python bench/java_clients.py [--records N] [--json]``.
 The same broker, the same record size as an ares event on the wire (521 bytes), the same
 producer settings as our writers (``acks=all``, idempotent, ``linger.ms=1``): raw aiokafka
 (Python) next to Kafka's Java tools, resolved from Maven Central onto a classpath of their
-own (``bench/java/kafka-tools-pom.xml``, cached under the ares cache dir). It says how much
+own (``ares.devenv.kafka_tools``, cached under the ares cache dir). It says how much
 of the distance to the broker's speed is Python's and not ares-mesh's.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ares.config import Settings
-from ares.devenv.paths import cache_dir
+from ares.devenv.kafka_tools import resolve_tools_classpath
 
 if __package__ in (None, ""):  # python bench/java_clients.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,18 +33,6 @@ from bench.harness import bench_settings, bench_topics, cli, section, start_prod
 
 KAFKA_VERSION = "4.4.0"
 RECORD_BYTES = 521
-POM = Path(__file__).resolve().parent / "java" / "kafka-tools-pom.xml"
-
-
-def tools_classpath() -> str:
-    libs = cache_dir() / f"kafka-tools-{KAFKA_VERSION}" / "libs"
-    if not (libs / ".complete").exists():
-        libs.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-                        "-DincludeScope=runtime", f"-DoutputDirectory={libs}",
-                        f"-Dkafka.version={KAFKA_VERSION}"], check=True)
-        (libs / ".complete").write_text(KAFKA_VERSION)
-    return f"{libs}/*"
 
 
 def _java(classpath: str, main: str, *args: str) -> str:
@@ -56,7 +44,8 @@ def _java(classpath: str, main: str, *args: str) -> str:
 async def run(settings: Settings, *, records: int = 50_000, partitions: int = 12
               ) -> dict[str, Any]:
     settings = bench_settings(settings)
-    classpath = await asyncio.to_thread(tools_classpath)
+    libs = await asyncio.to_thread(resolve_tools_classpath, KAFKA_VERSION)
+    classpath = f"{libs}/*"
     topic = settings.topic(f"bench.java.{uuid.uuid4().hex[:6]}")
     payload = b"x" * RECORD_BYTES
     async with bench_topics(settings, [topic], partitions):

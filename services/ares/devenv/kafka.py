@@ -251,18 +251,25 @@ def resolve_classpath(version: str) -> Path:
     """Resolve the broker jars through Maven into the cache, once per version.
 
     kafka-tools stays off this classpath: it drags in connect-runtime and a second logging
-    binding. Maven's own repository (~/.m2) caches the downloads across versions.
+    binding (``ares.devenv.kafka_tools`` resolves it apart). Maven's own repository (~/.m2)
+    caches the downloads across versions.
     """
+    return maven_classpath("broker-pom.xml", f"kafka-{version}", version,
+                           f"org.apache.kafka:kafka_2.13:{version}")
+
+
+def maven_classpath(template: str, name: str, version: str, artifact: str) -> Path:
+    """The jars ``templates/<template>`` resolves for ``version`` (``-Dkafka.version``),
+    copied once into ``<cache>/<name>/libs``; ``artifact`` names it in the error."""
     _, mvn = require_tools()
-    libs = cache_dir() / f"kafka-{version}" / "libs"
+    libs = cache_dir() / name / "libs"
     marker = libs / ".complete"
     if marker.exists():
         return libs
     libs.mkdir(parents=True, exist_ok=True)
-    pom = resources.files("ares.devenv") / "templates" / "broker-pom.xml"
+    pom = resources.files("ares.devenv") / "templates" / template
     with resources.as_file(pom) as pom_path:
-        print(f"resolving Apache Kafka {version} from Maven Central into {libs} ...",
-              file=sys.stderr)
+        print(f"resolving {artifact} from Maven Central into {libs} ...", file=sys.stderr)
         result = subprocess.run(
             [mvn, "-B", "-q", "-f", str(pom_path), "dependency:copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={libs}",
@@ -271,8 +278,7 @@ def resolve_classpath(version: str) -> Path:
         )
     if result.returncode != 0:
         raise InfrastructureError(
-            f"Maven could not resolve org.apache.kafka:kafka_2.13:{version}:\n"
-            f"{(result.stdout + result.stderr)[-3000:]}"
+            f"Maven could not resolve {artifact}:\n{(result.stdout + result.stderr)[-3000:]}"
         )
     marker.write_text(version)
     return libs
