@@ -110,8 +110,14 @@ class Targets:
     broker: bool = True
     postgres: bool = False
     brokers: int = 1
+    # Kinds left out (``ares chaos --without``): on one node CI leaves out broker_kill,
+    # which a Kafka 4.4 defect can make unrecoverable there (docs/reliability.md).
+    without: frozenset[FaultKind] = frozenset()
 
     def kinds(self) -> list[FaultKind]:
+        return [kind for kind in self._available() if kind not in self.without]
+
+    def _available(self) -> list[FaultKind]:
         kinds: list[FaultKind] = []
         if self.services:
             kinds += PROCESS

@@ -30,9 +30,11 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from ares.chaos import rebalances
 from ares.chaos.brokers import busiest_coordinator, busiest_leader, until_in_sync
 from ares.chaos.cluster import ChaosCluster, Service, ServiceSpec
 from ares.chaos.faults import Fault, FaultKind, Targets, by_kind, schedule
+from ares.chaos.hanging import HangingCheck, find_hanging, until_old_enough
 from ares.chaos.invariants import Findings, check
 from ares.chaos.load import Load, LoadShape
 from ares.config import Settings
@@ -68,7 +70,7 @@ class ChaosOptions:
     runtime_managers: int = 3
     partitions: int = 6
     brokers: int = 1  # 3: a KRaft cluster, RF 3 / min ISR 2, and the cluster's faults
-    session_timeout_ms: int = 6000
+    without: frozenset[FaultKind] = frozenset()  # kinds left out of the schedule
     shape: LoadShape = field(default_factory=LoadShape)
     settle_timeout_s: float = 240.0
     optional_services: bool = True
@@ -89,6 +91,11 @@ class ChaosReport:
     faults_by_kind: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    # Kafka's find-hanging on every broker after the run: what it listed, how it was run.
+    hanging: HangingCheck = field(default_factory=HangingCheck)
+    # Per kind of worker fault: {"faults", "rebalances", "max"} (ares.chaos.rebalances).
+    rebalances_per_worker_fault: dict[str, dict[str, int]] = field(default_factory=dict)
+    rebalances: dict[str, Any] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)
     outcome: dict[str, Any] = field(default_factory=dict)
     services: dict[str, int] = field(default_factory=dict)  # name -> times started
@@ -102,7 +109,12 @@ class ChaosReport:
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "faults_requested": self.faults_requested,
                 "faults_injected": self.faults_injected, "faults_by_kind": self.faults_by_kind,
-                "violations": self.violations, "load": self.load, "outcome": self.outcome,
+                "violations": self.violations,
+                "hanging_transactions": self.hanging.transactions,
+                "hanging_transactions_check": self.hanging.to_json(),
+                "rebalances_per_worker_fault": self.rebalances_per_worker_fault,
+                "rebalances": self.rebalances,
+                "load": self.load, "outcome": self.outcome,
                 "services": self.services, "unexpected_exit_count": self.unexpected_exit_count,
                 "unexpected_exits": self.unexpected_exits,
                 "proxy": self.proxy, "settled_s": self.settled_s,
@@ -116,9 +128,10 @@ def available_services() -> list[str]:
 
 
 def _specs(options: ChaosOptions, optional: list[str]) -> list[ServiceSpec]:
+    # `ares run`'s own defaults (session, heartbeats, the health checker's lost-worker
+    # removal): the run proves what users get, not a tuning of its own.
     specs = [ServiceSpec(f"runtime-manager-{i}", [
-        "runtime-manager", "--instance-id", f"chaos-rm-{i}",
-        "--session-timeout-ms", str(options.session_timeout_ms)], proxied=True)
+        "runtime-manager", "--instance-id", f"chaos-rm-{i}"], proxied=True)
         for i in range(1, options.runtime_managers + 1)]
     for name in optional:
         args = [name, "--http-port", "0"] if name == "replay-reader" else [name]
@@ -199,7 +212,8 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
     settings, plan, ledger = await _start(cluster, options, report, progress)
     prefix = settings.topic_prefix
     targets = Targets(services=list(cluster.services), proxied=cluster.proxied, broker=True,
-                      postgres=cluster.postgres is not None, brokers=cluster.brokers)
+                      postgres=cluster.postgres is not None, brokers=cluster.brokers,
+                      without=options.without)
     faults = schedule(report.seed, options.faults, options.span, targets)
     load = Load(replace(settings, kafka_bootstrap=cluster.load_bootstrap), plan,
                 options.shape, prefix=prefix.rstrip("."), seed=report.seed)
@@ -211,9 +225,11 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
                            for p in range(plan.partitions)]))
     load_task = asyncio.create_task(load.run(), name="chaos-load")
     watch = asyncio.create_task(supervisor.run(), name="chaos-supervisor")
+    load_started = time.time()
     try:
         progress(f"load running; {len(faults)} faults over {options.span:.0f}s")
         await injector.run(faults)
+        healed_at = time.monotonic()
         report.faults = [f.to_json() for f in injector.injected]
         report.faults_injected = len(injector.injected)
         report.faults_by_kind = by_kind(injector.injected)
@@ -235,13 +251,32 @@ async def _run(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport
         audit = await _audit(settings, plan)
         findings = check(streams, load.acks, evidence.read_lines(ledger / evidence.LLM_CALLS),
                          evidence.read_lines(ledger / evidence.SIDE_EFFECTS), audit)
-        report.violations = findings.violations + unanswered
+        storms = await _judge(cluster, options, report, injector.strikes, load_started,
+                              healed_at, runtime_group(settings), progress)
+        report.violations = (findings.violations + unanswered + report.hanging.violations
+                             + storms)
         report.outcome = findings.to_json()
     finally:
         load.stop()
         supervisor.stop()
         await cancel_and_wait(load_task, watch, ignore_errors=True)
         await load.close()
+
+
+async def _judge(cluster: ChaosCluster, options: ChaosOptions, report: ChaosReport,
+                 strikes: list[rebalances.Strike], load_started: float, healed_at: float,
+                 group: str, progress: Progress) -> list[str]:
+    """Beyond our invariants: Kafka's find-hanging on every broker, and the runtime
+    group's rebalances charged to the worker faults; the storms, which are violations."""
+    await until_old_enough(healed_at)
+    progress(f"asking Kafka's find-hanging on broker(s) {cluster.node_ids}")
+    report.hanging = await find_hanging(cluster.bootstrap, cluster.node_ids)
+    events = await asyncio.to_thread(rebalances.read_group_log,
+                                     [node.log_file for node in cluster.kafka.nodes], group)
+    charges = rebalances.charge(strikes, events, options.runtime_managers)
+    report.rebalances_per_worker_fault = rebalances.per_kind(charges)
+    report.rebalances = rebalances.to_json(charges, events, load_started, time.time())
+    return rebalances.storms(charges)
 
 
 async def _stop_load(load: Load, task: asyncio.Task[None], timeout_s: float,
@@ -280,6 +315,7 @@ class _Injector:
         self.progress = progress
         self.aims = aims
         self.injected: list[Fault] = []
+        self.strikes: list[rebalances.Strike] = []  # each fault's start and heal (wall)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def run(self, faults: list[Fault]) -> None:
@@ -289,9 +325,17 @@ class _Injector:
             await asyncio.sleep(max(0.0, fault.at_s - (time.monotonic() - t0)))
             lock = self._locks.setdefault(fault.lock, asyncio.Lock())
             async with lock:  # one fault at a time per target
+                started = time.time()
                 await self._inject(fault, time.monotonic() - t0)
+                self._struck(fault.index, started)
 
         await asyncio.gather(*(one(f) for f in faults))
+
+    def _struck(self, index: int, started: float) -> None:
+        hit = next((f for f in reversed(self.injected) if f.index == index), None)
+        if hit is not None:  # as injected: a broker kill names the node it hit
+            self.strikes.append(rebalances.Strike(hit.index, hit.kind, hit.target, started,
+                                                  time.time()))
 
     async def _inject(self, fault: Fault, at: float) -> None:
         cluster, kind = self.cluster, fault.kind
