@@ -44,7 +44,7 @@ def test_the_pinned_aiokafka_has_everything_ares_reaches_for() -> None:
 def test_instance_attributes_are_read_from_the_classes_and_their_bases() -> None:
     assert "_txn_manager" in instance_attributes(AIOKafkaProducer)
     assert "_client" in instance_attributes(AIOKafkaAdminClient)
-    assert "generation" in instance_attributes(GroupCoordinator)  # assigned in a base's code
+    assert "generation" in instance_attributes(GroupCoordinator)
     assert "_no_such_thing" not in instance_attributes(AIOKafkaProducer)
 
 
