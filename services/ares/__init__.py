@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         load_registry,
         token_ledger,
     )
-    from ares.client import Client, CommandRejectedError
+    from ares.client import Client, CommandRejectedError, NotAnsweredError
     from ares.llm import LlmProvider, LlmResult, OfflineProvider, OpenAICompatibleProvider
 
 # The modules of the imports above, in the order __getattr__ tries them: the cheapest first
@@ -97,6 +97,7 @@ __all__ = [
     "LlmResult",
     "LocalRuntime",
     "NonDeterminismError",
+    "NotAnsweredError",
     "OfflineProvider",
     "OpenAICompatibleProvider",
     "ReconcileRegistry",

@@ -17,8 +17,8 @@ from types import TracebackType
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ares.commands.deadlines import NotAnsweredError, deadline_s_for, with_deadline
 from ares.commands.model import (
-    DEADLINE,
     Command,
     Reply,
     ReplyStatus,
@@ -26,7 +26,7 @@ from ares.commands.model import (
     decode_reply,
 )
 from ares.config import Settings
-from ares.errors import AresError, ConflictError, SchemaError, UnavailableError
+from ares.errors import AresError, ConflictError, SchemaError
 from ares.events.kafka.errors import translate
 from ares.events.kafka.reader import new_consumer, topic_partitions
 from ares.events.kafka.retry import connect
@@ -36,6 +36,7 @@ from ares.tasks import cancel_and_wait, stop_client, wait_for
 from ares.topics import COMMANDS, REPLIES, TopicPlan, load_topics
 
 log = logging.getLogger(__name__)
+__all__ = ["Client", "CommandRejectedError", "NotAnsweredError"]
 
 
 class CommandRejectedError(AresError):
@@ -114,40 +115,42 @@ class Client:
         return self._pending.setdefault(command_id,
                                         asyncio.get_running_loop().create_future())
 
-    async def send(self, command: Command, timeout_s: float | None = None) -> Reply:
-        """Send ``command`` and wait for its owner's reply."""
+    async def send(self, command: Command, timeout_s: float | None = None,
+                   deadline_s: float | None = None) -> Reply:
+        """Send ``command`` and wait ``timeout_s`` for its owner's reply
+        (``NotAnsweredError`` after that: the command stays on ``ares.commands``).
+
+        ``deadline_s``: seconds from now after which no owner may apply it (it is answered
+        "expired" and dead-lettered instead). Without one the command is kept until an
+        owner takes it, except for the commands about a moment (``agent.kill``,
+        ``worker.crash``), whose deadline is the wait (``ares.commands.deadlines``)."""
         if self._producer is None:
             raise AresError("the client is not started (use `async with Client(...)`)")
         timeout = timeout_s if timeout_s is not None else self.settings.request_timeout_s
-        # The owner drops a command whose caller has given up (exit 4 means "not done"):
-        # without a deadline, a command sent while no owner runs would run much later.
-        deadline_ms = int((time.time() + timeout) * 1000)
-        command = Command(type=command.type, stream_id=command.stream_id,
-                          payload=command.payload, issuer=command.issuer or self.issuer,
-                          id=command.id, timestamp=command.timestamp,
-                          reply_to=str(self._reply_partition),
-                          metadata={**command.metadata, DEADLINE: str(deadline_ms)})
+        command = with_deadline(
+            Command(type=command.type, stream_id=command.stream_id, payload=command.payload,
+                    issuer=command.issuer or self.issuer, id=command.id,
+                    timestamp=command.timestamp, reply_to=str(self._reply_partition),
+                    metadata=command.metadata),
+            deadline_s_for(command.type, deadline_s, timeout), time.time())
         waiter = self.expect_reply(command.id)
         try:
             await self._producer.send_and_wait(self.plan.name(COMMANDS), command.encode(),
                                                key=command.stream_id.encode())
             return await wait_for(waiter, timeout)
         except TimeoutError:
-            raise UnavailableError(
-                f"no owner answered command {command.type} for stream {command.stream_id!r} "
-                f"within {timeout:g}s: is a runtime manager running? "
-                "(start one with `ares run runtime-manager`)"
-            ) from None
+            raise NotAnsweredError(command, timeout) from None
         except KafkaError as exc:
             raise translate(exc, f"sending {command.type}") from exc
         finally:
             self._pending.pop(command.id, None)
 
     async def append(self, stream_id: str, events: Sequence[NewEvent],
-                     expected_version: int = ANY_VERSION, timeout_s: float | None = None) -> int:
+                     expected_version: int = ANY_VERSION, timeout_s: float | None = None,
+                     deadline_s: float | None = None) -> int:
         """Append through the stream's owner; the new stream version."""
         reply = await self.send(append_command(stream_id, events, expected_version,
-                                               self.issuer), timeout_s)
+                                               self.issuer), timeout_s, deadline_s)
         if reply.status is ReplyStatus.OK:
             return reply.stream_version
         if reply.status is ReplyStatus.CONFLICT:
@@ -158,24 +161,28 @@ class Client:
                                    f"{reply.message}")
 
     async def command(self, command_type: str, stream_id: str,
-                      timeout_s: float | None = None, **payload: object) -> Reply:
+                      timeout_s: float | None = None, deadline_s: float | None = None,
+                      **payload: object) -> Reply:
         """Send one command (``agent.start``, ``task.assign``...) and return the owner's
-        reply; ``CommandRejectedError`` when it refuses."""
+        reply; ``CommandRejectedError`` when it refuses (an expired one included)."""
         reply = await self.send(Command(type=command_type, stream_id=stream_id,
-                                        payload=payload, issuer=self.issuer), timeout_s)
+                                        payload=payload, issuer=self.issuer), timeout_s,
+                                deadline_s)
         if reply.status is not ReplyStatus.OK:
             raise CommandRejectedError(f"{command_type} for {stream_id!r} refused: "
                                        f"{reply.message}")
         return reply
 
     async def start_agent(self, agent_id: str, kind: str,
-                          config: dict[str, object] | None = None) -> Reply:
-        return await self.command("agent.start", agent_id, kind=kind,
+                          config: dict[str, object] | None = None,
+                          deadline_s: float | None = None) -> Reply:
+        return await self.command("agent.start", agent_id, deadline_s=deadline_s, kind=kind,
                                   config_json=canonical_json(config or {}))
 
-    async def assign_task(self, agent_id: str, task_id: str, task_input: object) -> Reply:
-        return await self.command("task.assign", agent_id, task_id=task_id,
-                                  input_json=canonical_json(task_input))
+    async def assign_task(self, agent_id: str, task_id: str, task_input: object,
+                          deadline_s: float | None = None) -> Reply:
+        return await self.command("task.assign", agent_id, deadline_s=deadline_s,
+                                  task_id=task_id, input_json=canonical_json(task_input))
 
     async def _listen(self) -> None:
         assert self._replies is not None

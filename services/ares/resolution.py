@@ -25,9 +25,12 @@ ATTEMPTS = 3
 async def resolve_call(client: Client, read: Callable[[str], Awaitable[list[Event]]],
                        agent_id: str, call_id: str, as_: str, *, result: Any = None,
                        note: str | None = None, module: str, by: str = "operator",
-                       reply_timeout_s: float | None = None, attempts: int = ATTEMPTS) -> int:
+                       reply_timeout_s: float | None = None, attempts: int = ATTEMPTS,
+                       deadline_s: float | None = None) -> int:
     """Resolve ``call_id`` of ``agent_id`` as ``as_``; the stream's version after it.
-    ``read(agent_id)``: every event of the stream, in version order."""
+    ``read(agent_id)``: every event of the stream, in version order; ``deadline_s``: as
+    ``Client.send``'s (none: kept until an owner takes it; its expected version keeps a late
+    one from landing on a stream that moved)."""
     for attempt in range(1, attempts + 1):
         events = await read(agent_id)
         call = agent_builder(events, agent_id).check_resolvable(call_id)
@@ -35,7 +38,8 @@ async def resolve_call(client: Client, read: Callable[[str], Awaitable[list[Even
                                  task_id=call.task_id, tool=call.tool, module=module, by=by)
         expected = events[-1].version if events else 0
         try:
-            return await client.append(agent_id, [event], expected, reply_timeout_s)
+            return await client.append(agent_id, [event], expected, reply_timeout_s,
+                                       deadline_s)
         except ConflictError:
             if attempt == attempts:
                 raise

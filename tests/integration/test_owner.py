@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from ares.client import Client
+from ares.commands.deadlines import EXPIRED_REASON, EXPIRED_REPLY
 from ares.commands.model import DEADLINE, append_command
 from ares.config import Settings
 from ares.errors import ConflictError, UnavailableError
@@ -170,10 +171,11 @@ def _command_with_type(stream: str, command_type: str) -> bytes:
     return b"\xc3\x01" + schema.fingerprint + buffer.getvalue()
 
 
-async def test_a_command_whose_sender_gave_up_is_not_run(
+async def test_a_command_found_past_its_deadline_is_answered_and_dead_lettered_not_run(
     client: Client, owner_settings: Settings, plan: TopicPlan
 ) -> None:
-    """Exit 4 means "not done": a command found after its deadline is refused, not run."""
+    """A command found after the deadline its sender asked for is refused, not run:
+    answered "expired" and dead-lettered with its reason."""
     stream = f"agent-{uuid.uuid4().hex[:8]}"
     stale = replace(append_command(stream, [note(1)], 0, issuer="test"),
                     reply_to=str(client.reply_partition),
@@ -187,5 +189,13 @@ async def test_a_command_whose_sender_gave_up_is_not_run(
         await producer.stop()
     reply = await wait_for(waiter, 30)
     assert reply.status == "rejected"
-    assert "expired" in reply.message
+    assert reply.message == EXPIRED_REPLY
     assert await client.append(stream, [note(2)], expected_version=0) == 1  # nothing ran
+    # Answered and kept: the dead letter has the reason and the original bytes.
+    records = await drain_records(owner_settings.kafka_bootstrap, plan.name(DLQ),
+                                  partitions=plan.topic(DLQ).partitions)
+    [letter] = [d for d in (DeadLetter.from_record(r.key, r.value, r.headers) for r in records)
+                if d.key == stream.encode()]
+    assert letter.reason == EXPIRED_REASON
+    assert letter.value == stale.encode()
+    assert "the sender's deadline" in letter.detail

@@ -8,9 +8,15 @@ tree) scan ``ares.events`` read-only (read_committed, no consumer group, no part
 ownership) and fold the views of ``ares.views.agents``, ``ares.lifecycle.genealogy`` and
 ``ares.views.team``.
 
-Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent/call, 2 usage (a bad
-flag, e.g. JSON that does not parse), 3 version conflict that persisted (resolve), 4 broker
-unreachable, topics missing or no owner answered (start one: ares run runtime-manager).
+A command no owner answers within ``--timeout`` stays on ``ares.commands`` and is applied
+when an owner takes it (exit 4 says so, with the command that waits for it again: the same
+id is applied once); ``--deadline`` asks for the opposite, and ``kill`` has the wait as its
+deadline by default (``ares.commands.deadlines``; docs/operations.md, "Command deadlines").
+
+Exit codes: 0 ok, 1 refused by the owner (its message; "expired" past a --deadline) or no
+such agent/call, 2 usage (a bad flag, e.g. JSON that does not parse), 3 version conflict
+that persisted (resolve), 4 broker unreachable, topics missing or no owner answered (start
+one: ares run runtime-manager).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ares.agents.records import RESOLUTIONS
 from ares.cli.common import err_console, run_async, settings_of
 from ares.cli.events import _quiet_broken_pipe, _stop_on_sigterm
 from ares.cli.render import one_line
-from ares.cli.send import ISSUER, send_command
+from ares.cli.send import ISSUER, deadline_option, send_command
 from ares.client import Client
 from ares.commands.model import MAX_SIGNAL_PAYLOAD_BYTES, Reply
 from ares.config import Settings
@@ -69,17 +75,20 @@ def agents() -> None:
     teams.
 
     \b
-    start, stop, kill, resume, task, resolve and snapshot go through the owner of the
-    agent's partition (`ares run runtime-manager`); status, genealogy and tree only read
+    start, stop, kill, resume, task, signal, resolve and snapshot go through the owner of
+    the agent's partition (`ares run runtime-manager`); status, genealogy and tree only read
     ares.events, tail --tokens only reads ares.tokens: safe to run at any time.
-    Exit codes: 0 ok, 1 refused by the owner (its message) or no such agent or call,
-    2 bad flag (e.g. invalid JSON), 3 version conflict (resolve),
+    A command not answered within --timeout is kept and applied when an owner takes it
+    (kill: only until its deadline, the wait); --deadline DURATION refuses it later.
+    Exit codes: 0 ok, 1 refused by the owner (its message; expired past a --deadline)
+    or no such agent or call, 2 bad flag (e.g. invalid JSON), 3 version conflict (resolve),
     4 broker unreachable, topics missing or no owner answered.
     """
 
 
 _timeout = click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
                         metavar="SECONDS", help=_TIMEOUT_HELP)
+_deadline = deadline_option()
 
 
 # -- write side: commands to the owner --------------------------------------------------
@@ -91,9 +100,10 @@ _timeout = click.option("--timeout", type=click.FloatRange(min=0.1), default=Non
 @click.option("--config", "config_json", default="{}", show_default=True, metavar="JSON",
               help="the agent's configuration, a JSON object")
 @_timeout
+@_deadline
 @click.pass_context
 def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
-          timeout: float | None) -> None:
+          timeout: float | None, deadline_s: float | None) -> None:
     """Start agent ID of kind KIND (its first incarnation).
 
     The owner checks the kind and the configuration: an unknown kind is refused (exit 1)
@@ -101,7 +111,9 @@ def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
     one is brought back with `ares agents resume`.
     """
     config = _json_value(config_json, "--config", object_only=True)
-    reply = send_command(ctx, lambda c: c.start_agent(agent_id, kind, config), timeout)
+    reply = send_command(ctx, lambda c: c.start_agent(agent_id, kind, config, deadline_s),
+                         timeout, again=_again(f"start {agent_id} --kind {kind}",
+                                               "an agent is started once"))
     _done(agent_id, reply, f"started (kind {kind})")
 
 
@@ -110,38 +122,51 @@ def start(ctx: click.Context, agent_id: str, kind: str, config_json: str,
 @click.option("--reason", default="requested", show_default=True,
               help="why, recorded in agent.stopped")
 @_timeout
+@_deadline
 @click.pass_context
-def stop(ctx: click.Context, agent_id: str, reason: str, timeout: float | None) -> None:
+def stop(ctx: click.Context, agent_id: str, reason: str, timeout: float | None,
+         deadline_s: float | None) -> None:
     """Stop agent ID voluntarily: it is never resurrected until `ares agents resume`."""
-    reply = send_command(ctx, lambda c: c.command("agent.stop", agent_id, reason=reason),
-                  timeout)
+    reply = send_command(ctx, lambda c: c.command("agent.stop", agent_id, deadline_s=deadline_s,
+                                                  reason=reason),
+                         timeout, again=_again(f"stop {agent_id}", "a stop is applied once"))
     _done(agent_id, reply, "stopped")
 
 
 @agents.command()
 @click.argument("agent_id", metavar="ID")
 @_timeout
+@deadline_option("the --timeout wait: a kill is meant for now")
 @click.pass_context
-def kill(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+def kill(ctx: click.Context, agent_id: str, timeout: float | None,
+         deadline_s: float | None) -> None:
     """Crash agent ID as if it raised (fault injection).
 
     The runtime records agent.dead (cause: killed) and resurrects it through the
-    resurrection guard; the new incarnation resumes from its journal.
+    resurrection guard; the new incarnation resumes from its journal. Unlike the other
+    commands a kill has a deadline by default, the wait: one applied later would crash an
+    incarnation nobody meant.
     """
-    reply = send_command(ctx, lambda c: c.command("agent.kill", agent_id, reason="cli"),
-                  timeout)
+    reply = send_command(ctx, lambda c: c.command("agent.kill", agent_id, deadline_s=deadline_s,
+                                                  reason="cli"),
+                         timeout, again=f"see `ares agents status {agent_id}` before killing "
+                                        "it again (each kill crashes the incarnation running)")
     _done(agent_id, reply, "killed; the runtime records the death and resurrects it")
 
 
 @agents.command()
 @click.argument("agent_id", metavar="ID")
 @_timeout
+@_deadline
 @click.pass_context
-def resume(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+def resume(ctx: click.Context, agent_id: str, timeout: float | None,
+           deadline_s: float | None) -> None:
     """Resume a stopped or quarantined agent ID (a new incarnation, a fresh restart
     budget)."""
     reply = send_command(ctx, lambda c: c.command("agent.resume", agent_id,
-                                           reason="operator"), timeout)
+                                                  deadline_s=deadline_s, reason="operator"),
+                         timeout, again=_again(f"resume {agent_id}",
+                                               "a running agent is not resumed again"))
     _done(agent_id, reply, "resumed")
 
 
@@ -152,22 +177,20 @@ def resume(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
 @click.option("--task-id", metavar="TASK_ID",
               help="the task's id (re-assigning an id is a no-op)  [default: a new uuid]")
 @_timeout
+@_deadline
 @click.pass_context
 def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None,
-         timeout: float | None) -> None:
+         timeout: float | None, deadline_s: float | None) -> None:
     """Assign a task to agent ID; prints the task id (stdout), for scripts.
 
     Tasks run one at a time, in assignment order.
     """
     value = _json_value(input_json, "--input")
     task_id = task_id or str(uuid.uuid4())
-    try:
-        reply = send_command(ctx, lambda c: c.assign_task(agent_id, task_id, value), timeout)
-    except UnavailableError as exc:
-        # The command stays in ares.commands: an owner that comes up later still applies it.
-        raise UnavailableError(f"{exc}. The task may still be assigned later: retry with "
-                               f"--task-id {task_id} (idempotent), not without it, or the "
-                               "agent may get it twice") from None
+    # Its id is in the words: waiting again without it would assign the task twice.
+    reply = send_command(ctx, lambda c: c.assign_task(agent_id, task_id, value, deadline_s),
+                         timeout, again=_again(f"task {agent_id} --task-id {task_id} "
+                                               "--input <the same JSON>", "assigned once"))
     click.echo(task_id)
     _note(f"{agent_id}: task {task_id} "
           + (reply.message if reply.message else "assigned")
@@ -183,16 +206,18 @@ def task(ctx: click.Context, agent_id: str, input_json: str, task_id: str | None
               help="the signal's id: sending the same id again is applied once  "
                    "[default: a new uuid]")
 @_timeout
+@_deadline
 @click.pass_context
 def signal(ctx: click.Context, agent_id: str, name: str, payload_json: str,
-           signal_id: str | None, timeout: float | None) -> None:
+           signal_id: str | None, timeout: float | None, deadline_s: float | None) -> None:
     """Send the signal NAME to agent ID (e.g. `approved` for a tool that waits for its
     approval); prints the signal id (stdout), for scripts.
 
     \b
     A task waiting for NAME (ctx.wait_for) goes on; a signal nobody waits for yet is kept
-    for the first wait of that name. Retry with the same --signal-id after an exit 4: it is
-    applied once.
+    for the first wait of that name. After an exit 4 the signal is kept and applied when an
+    owner takes it, however long none runs: the same --signal-id waits for it again (it is
+    applied once).
     """
     value = _json_value(payload_json, "--payload")
     text = canonical_json(value)
@@ -201,13 +226,11 @@ def signal(ctx: click.Context, agent_id: str, name: str, payload_json: str,
                                  f"{MAX_SIGNAL_PAYLOAD_BYTES} a signal may carry",
                                  param_hint="--payload")
     signal_id = signal_id or str(uuid.uuid4())
-    try:
-        reply = send_command(ctx, lambda c: c.command("agent.signal", agent_id, name=name,
-                                               signal_id=signal_id, payload_json=text),
-                      timeout)
-    except UnavailableError as exc:
-        raise UnavailableError(f"{exc}. The signal may still arrive later: retry with "
-                               f"--signal-id {signal_id} (applied once)") from None
+    reply = send_command(ctx, lambda c: c.command("agent.signal", agent_id, deadline_s=deadline_s,
+                                                  name=name, signal_id=signal_id,
+                                                  payload_json=text),
+                         timeout, again=_again(f"signal {agent_id} {name} --signal-id "
+                                               f"{signal_id}", "applied once"))
     click.echo(signal_id)
     _note(f"{agent_id}: signal {name!r} " + (reply.message or "delivered")
           + f" (version {reply.stream_version})")
@@ -223,9 +246,11 @@ def signal(ctx: click.Context, agent_id: str, name: str, payload_json: str,
               help="with --as done: what the call returned, any JSON value  [default: null]")
 @click.option("--note", help="a note for the record (who, why)")
 @_timeout
+@_deadline
 @click.pass_context
 def resolve(ctx: click.Context, agent_id: str, call_id: str, as_: str,
-            result_json: str | None, note: str | None, timeout: float | None) -> None:
+            result_json: str | None, note: str | None, timeout: float | None,
+            deadline_s: float | None) -> None:
     """Resolve tool call CALL_ID of agent ID that is in doubt (its intent is recorded, its
     outcome is not, and no reconcile hook could tell).
 
@@ -242,12 +267,14 @@ def resolve(ctx: click.Context, agent_id: str, call_id: str, as_: str,
     result = None if result_json is None else _json_value(result_json, "--result")
     settings = settings_of(ctx)
     with quiet_aiokafka():
-        version = run_async(_resolve(settings, agent_id, call_id, as_, result, note, timeout))
+        version = run_async(_resolve(settings, agent_id, call_id, as_, result, note, timeout,
+                                     deadline_s))
     click.echo(f"{agent_id}: call {call_id} resolved as {as_} (version {version})")
 
 
 async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, result: Any,
-                   note: str | None, reply_timeout_s: float | None) -> int:
+                   note: str | None, reply_timeout_s: float | None,
+                   deadline_s: float | None) -> int:
     store = await _open_store(settings)
     try:
         async with Client(settings, issuer=ISSUER) as client:
@@ -258,7 +285,7 @@ async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, re
             return await resolve_call(client, read, agent_id, call_id, as_, result=result,
                                       note=note, module=MODULE, by="operator",
                                       reply_timeout_s=reply_timeout_s,
-                                      attempts=_RESOLVE_ATTEMPTS)
+                                      attempts=_RESOLVE_ATTEMPTS, deadline_s=deadline_s)
     finally:
         await store.close()
 
@@ -266,13 +293,22 @@ async def _resolve(settings: Settings, agent_id: str, call_id: str, as_: str, re
 @agents.command()
 @click.argument("agent_id", metavar="ID")
 @_timeout
+@_deadline
 @click.pass_context
-def snapshot(ctx: click.Context, agent_id: str, timeout: float | None) -> None:
+def snapshot(ctx: click.Context, agent_id: str, timeout: float | None,
+             deadline_s: float | None) -> None:
     """Snapshot agent ID now (state, version, hash-chain head and log offset) to the
     compacted snapshots topic."""
     reply = send_command(ctx, lambda c: c.command("snapshot.request", agent_id,
-                                           reason="cli"), timeout)
+                                                  deadline_s=deadline_s, reason="cli"),
+                         timeout, again=f"a late snapshot is harmless; `ares agents snapshot "
+                                        f"{agent_id}` waits for a new one")
     _done(agent_id, reply, "snapshot taken")
+
+
+def _again(args: str, why: str) -> str:
+    """How to wait again for a command that is kept: the same command, the same id."""
+    return f"`ares agents {args}` waits for it again ({why})"
 
 
 def _done(agent_id: str, reply: Reply, what: str) -> None:

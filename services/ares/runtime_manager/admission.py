@@ -4,8 +4,9 @@ of the command runs.
 A command is either applied and answered, or refused whole: ``admit`` returns ``Refused``
 (dead-lettered with its reason, and answered when its ``reply_to`` can be trusted),
 ``Forward`` (it arrived on another partition than its stream's: a producer with another
-partitioner, never dropped), ``Expired`` (its sender's deadline passed: it said "not done")
-or ``Admitted``. The checks run in order; the first that objects decides.
+partitioner, never dropped), ``Expired`` (past the deadline its sender asked for: answered
+"expired" and dead-lettered, never applied) or ``Admitted``. The checks run in order; the
+first that objects decides.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def _with_a_reply_to_that_exists(gate: Gate, command: Command, key: bytes | None
 
 def _not_expired(gate: Gate, command: Command, key: bytes | None, partition: int,
                  now_ms: int) -> Verdict | None:
-    # Its sender gave up and said so (exit 4): running it now would surprise them.
+    # Only a command whose sender asked for a deadline has one (--deadline, or a kill's
+    # wait: ares.commands.deadlines); past it, applying it would surprise them.
     return Expired(command) if command.expired(now_ms) else None
 
 

@@ -17,6 +17,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from ares import metrics
+from ares.commands.deadlines import EXPIRED_REASON, EXPIRED_REPLY, deadline_of, when
 from ares.commands.model import (
     Command,
     InvalidCommandError,
@@ -92,11 +93,11 @@ class CommandHandler:
                           headers=[*record.headers, (FORWARDED_FROM, str(tp.partition).encode())])
             return
         if isinstance(verdict, Expired):
-            log.info("dropping expired command %s (%s for %s)", command.id, command.type,
-                     command.stream_id)
+            # Refused whole, like any input the owner will not apply: answered and kept in
+            # the DLQ (the sender may still want it: re-send it from there), never only logged.
+            await self._dead_letter(tx, tp, record, EXPIRED_REASON, _late(command))
             reply = Reply(command.id, ReplyStatus.REJECTED, command.stream_id,
-                          message="expired: the sender's deadline passed before an owner "
-                                  "took the command")
+                          message=EXPIRED_REPLY)
         else:
             reply = await self._dispatch(tx, tp, record, command)
             crash_points.reached("handled")
@@ -148,6 +149,14 @@ class CommandHandler:
                             record.key, record.value)
         await tx.send(self._topics.dlq, record.value or b"", key=record.key,
                       headers=letter.headers())
+
+
+def _late(command: Command) -> str:
+    deadline = deadline_of(command)
+    at = "" if deadline is None else f" ({when(deadline)})"
+    by = "" if deadline is None else f" {max(time.time() - deadline, 0.0):.1f} s"
+    return (f"{command.type} for {command.stream_id!r}: the sender's deadline{at} passed{by} "
+            "before an owner took it")
 
 
 def _reason(exc: BaseException, default: str) -> str:
