@@ -19,6 +19,9 @@ import kubernetes_validate.utils as kubernetes_validate_utils
 import pytest
 import yaml
 
+from ares.cli.run import FAST_FAILOVER_GROUP_HEARTBEAT_MS, FAST_FAILOVER_HEARTBEAT_S
+from ares.config import bool_setting
+from ares.health_checker.config import HealthConfig
 from ares.probes import DEFAULT_PORTS
 from tests.deploy.tools import (
     CHART,
@@ -449,6 +452,23 @@ def test_the_arena_is_refused_in_production(helm: str, values: str, bad: str,
     result = run(template_args(helm, files, (*sets, bad)), check=False)
     assert result.returncode != 0, f"{bad} was accepted with the {values} values"
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_fast_failover_is_the_charts_default_as_it_is_the_clis(render: Render,
+                                                               values: str) -> None:
+    """The chart sets what `ares run` defaults to: a lost runtime manager removed from its
+    group by the health checker after 3 silent 0.25 s heartbeats (docs/health.md)."""
+    text = render(values)
+    manager = env_of(containers(objects(text, "StatefulSet")["ares-mesh-runtime-manager"])[0])
+    assert float(manager["ARES_HEARTBEAT_INTERVAL_S"]) == FAST_FAILOVER_HEARTBEAT_S
+    assert int(manager["ARES_GROUP_HEARTBEAT_MS"]) == FAST_FAILOVER_GROUP_HEARTBEAT_MS
+    checker = env_of(containers(objects(text, "Deployment")["ares-mesh-health-checker"])[0])
+    assert bool_setting(checker, "ARES_HEALTH_REMOVE_LOST_WORKERS") is True
+    assert HealthConfig().remove_lost_workers is True
+    others = {name for name, workload in objects(text, "Deployment").items()
+              if "ARES_HEALTH_REMOVE_LOST_WORKERS" in env_of(containers(workload)[0])}
+    assert others == {"ares-mesh-health-checker"}
 
 
 def test_only_the_replay_reader_gets_the_database(render: Render) -> None:

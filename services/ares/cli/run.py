@@ -31,6 +31,11 @@ from ares.topics import load_topics
 
 log = logging.getLogger(__name__)
 BUDGET_KEEPER_PORT = 8084
+# Sub-second failover out of the box (docs/health.md, "Worker failover"): with the health
+# checker's lost-worker removal, a SIGKILLed worker is silent for 0.75 s, removed from the
+# group, and the survivors hear of the rebalance within 250 ms.
+FAST_FAILOVER_HEARTBEAT_S = 0.25
+FAST_FAILOVER_GROUP_HEARTBEAT_MS = 250
 
 
 @click.group()
@@ -45,19 +50,25 @@ def run() -> None:
                    "a restart with the same id gets its partitions back without a rebalance.")
 @click.option("--session-timeout-ms", envvar="ARES_SESSION_TIMEOUT_MS", show_envvar=True,
               type=click.IntRange(1000, 300_000), default=10_000, show_default=True,
-              help="How long a silent worker keeps its partitions before they move.")
+              help="How long a silent worker keeps its partitions before they move, unless "
+                   "the health checker removes it sooner (a lost worker: docs/health.md); a "
+                   "gracefully stopped one gets them back if it returns within it.")
 @click.option("--agents", "agent_specs", multiple=True, envvar="ARES_AGENTS",
               show_envvar=True,
               help="Agent kinds to host, as package.module:REGISTRY (repeatable; the built-in "
                    "example.* kinds and the `ares.agents` entry points are always there).")
-@click.option("--heartbeat-interval", type=click.FloatRange(0.1, 60), default=1.0,
-              envvar="ARES_HEARTBEAT_INTERVAL_S", show_envvar=True, show_default=True,
-              help="Seconds between the batched heartbeats of this worker's agents.")
-@click.option("--group-heartbeat-ms", type=click.IntRange(100, 10_000), default=1000,
-              envvar="ARES_GROUP_HEARTBEAT_MS", show_envvar=True, show_default=True,
+@click.option("--heartbeat-interval", type=click.FloatRange(0.1, 60),
+              default=FAST_FAILOVER_HEARTBEAT_S, envvar="ARES_HEARTBEAT_INTERVAL_S",
+              show_envvar=True, show_default=True,
+              help="Seconds between the batched heartbeats of this worker's agents. The "
+                   "health checker declares the worker lost after 3 silent intervals and "
+                   "removes it from the group: a longer interval tolerates longer event-loop "
+                   "stalls and fails over later (docs/health.md).")
+@click.option("--group-heartbeat-ms", type=click.IntRange(100, 10_000),
+              default=FAST_FAILOVER_GROUP_HEARTBEAT_MS, envvar="ARES_GROUP_HEARTBEAT_MS",
+              show_envvar=True, show_default=True,
               help="Consumer-group heartbeat: how soon this worker hears of a rebalance, so "
-                   "the floor of a failover (250 with the health checker's "
-                   "--remove-lost-workers true for sub-second failover, docs/health.md).")
+                   "the floor of a failover (docs/health.md).")
 @click.option("--leave-group-on-stop", is_flag=True, envvar="ARES_LEAVE_GROUP_ON_STOP",
               show_envvar=True,
               help="On a graceful stop, leave the consumer group by the instance id, so the "

@@ -43,9 +43,9 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--tick", "tick_s", _SECONDS,
      "seconds between two looks at the clock (ARES_HEALTH_TICK_S)  [default: 0.1]"),
     ("--remove-lost-workers", "remove_lost_workers", click.BOOL,
-     "true: a worker_lost verdict also removes the worker from the runtime's consumer "
-     "group, so its partitions move at once instead of after the session timeout "
-     "(ARES_HEALTH_REMOVE_LOST_WORKERS)  [default: false]"),
+     "a worker_lost verdict also removes the worker from the runtime's consumer group, so "
+     "its partitions move at once (false: after the session timeout) "
+     "(ARES_HEALTH_REMOVE_LOST_WORKERS)  [default: true]"),
 )
 
 

@@ -47,10 +47,10 @@ class HealthConfig:
     lookback_s: float | None = None
     # A worker_lost verdict also takes the worker out of the runtime's consumer group
     # (KIP-345 LeaveGroup), so its partitions move at once instead of after the session
-    # timeout. Off by default: a worker whose loop stalls past the silence (load, a long
-    # GC) then pays a rebalance, which only the operator can weigh against faster
-    # failover (docs/health.md).
-    remove_lost_workers: bool = False
+    # timeout. On by default: sub-second failover is what users get. The price, a worker
+    # whose loop stalls past the silence (load, a long GC) is fenced and pays a rebalance,
+    # is weighed in docs/health.md; false leaves failover to the session timeout.
+    remove_lost_workers: bool = True
     webhook_url: str | None = None
     webhook_attempts: int = 8
     webhook_timeout_s: float = 10.0

@@ -6,11 +6,11 @@ agent) and keeps partition p's heartbeats on partition p of ``ares.heartbeats``,
 health checker that tracks p's agents reads them. A record with no agents still says the
 worker is alive.
 
-The interval (``ares run runtime-manager --heartbeat-interval``, default 1 s) bounds how
-soon the health checker declares a worker lost (three silent intervals); with its
-``--remove-lost-workers true`` the lost worker then leaves the runtime's consumer group at
-once, so 250 ms here gives sub-second failover (docs/health.md). Beats keep a fixed
-cadence (the time a send took is not added to the interval).
+The interval (``ares run runtime-manager --heartbeat-interval``, default 0.25 s) bounds
+how soon the health checker declares a worker lost (three silent intervals); the checker
+then removes the lost worker from the runtime's consumer group at once (its
+``--remove-lost-workers``, on by default): sub-second failover (docs/health.md). Beats
+keep a fixed cadence (the time a send took is not added to the interval).
 """
 
 from __future__ import annotations

@@ -49,3 +49,12 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     config = health_config(loop_deaths=3, step_timeouts="x=1", silence_s=None)
     assert config.loop_deaths == 3
     assert config.step_timeouts == {"x": 1.0}
+
+
+def test_lost_workers_are_removed_unless_the_setting_says_false() -> None:
+    """Sub-second failover is the default; ``false`` leaves it to the session timeout."""
+    assert HealthConfig().remove_lost_workers is True
+    assert HealthConfig.from_env({}).remove_lost_workers is True
+    off = {"ARES_HEALTH_REMOVE_LOST_WORKERS": "false"}
+    assert HealthConfig.from_env(off).remove_lost_workers is False
+    assert HealthConfig.from_env({}, remove_lost_workers=False).remove_lost_workers is False
