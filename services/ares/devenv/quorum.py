@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.api import Request, RequestStruct, Response
@@ -27,7 +28,6 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
-from ares.events.kafka.internals import admin_send
 from ares.logs import quiet_aiokafka
 from ares.tasks import wait_for
 
@@ -180,12 +180,17 @@ async def describe(bootstrap: str, timeout_s: float = 5.0) -> ClusterHealth:
     kept the cluster from answering (never raises: ``ares dev status`` prints it)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
                                 request_timeout_ms=int(timeout_s * 1000))
+    # The admin API has no DescribeQuorum: it goes through a client of its own (aiokafka's
+    # exported AIOKafkaClient), not through the admin client's private one.
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         with quiet_aiokafka():
             await wait_for(admin.start(), timeout_s)
             cluster = await wait_for(admin.describe_cluster(), timeout_s)
             topics = await wait_for(admin.describe_topics(), timeout_s)
-            response = await wait_for(admin_send(admin, DescribeQuorumRequest()), timeout_s)
+            await wait_for(client.bootstrap(), timeout_s)
+            response = await wait_for(
+                client.send(client.get_random_node(), DescribeQuorumRequest()), timeout_s)
         return ClusterHealth(
             brokers=tuple(sorted(b["node_id"] for b in cluster["brokers"])),
             controller=cluster.get("controller_id"),
@@ -195,4 +200,5 @@ async def describe(bootstrap: str, timeout_s: float = 5.0) -> ClusterHealth:
         return ClusterHealth(error=f"{type(exc).__name__}: {exc}".rstrip(": "))
     finally:
         with quiet_aiokafka():
+            await client.close()
             await admin.close()

@@ -68,8 +68,8 @@ REACHES: tuple[Reach, ...] = (
     Reach("aiokafka.consumer.consumer", "AIOKafkaConsumer", "_client",
           "partition counts of topics and the partition writer's transaction probes"),
     Reach("aiokafka.admin.client", "AIOKafkaAdminClient", "_client",
-          "removing a lost worker from its group (LeaveGroup v3) and `ares dev status`'s "
-          "controller quorum (DescribeQuorum)"),
+          "removing a worker from its group at once (LeaveGroup v3: lost workers, "
+          "--leave-group-on-stop)"),
     Reach("aiokafka.producer.producer", "AIOKafkaProducer", "_txn_manager",
           "completing a hanging transaction at a partition takeover"),
     Reach("aiokafka.producer.transaction_manager", "TransactionManager", "producer_id",
@@ -204,11 +204,13 @@ async def admin_send(admin: AIOKafkaAdminClient, request: Any,
     """Send ``request`` on the admin client's connections to ``node_id`` (default: any
     broker) and return the response (``AIOKafkaAdminClient._client``).
 
-    Why: requests the admin API lacks (LeaveGroup v3 by instance id for ``groups.py``,
-    DescribeQuorum for ``devenv/quorum.py``). Public alternative: an ``AIOKafkaClient`` of
-    one's own. Upstream: ``remove_members_from_consumer_group`` and
-    ``describe_metadata_quorum`` (the Java admin client has both), or a public
-    ``send_request`` (aiokafka has a private ``_send_request``)."""
+    Why: LeaveGroup v3 by instance id (``groups.py``), which the admin API lacks, sent to
+    the coordinator the admin client found. Public alternative: an ``AIOKafkaClient`` of
+    one's own (``devenv/quorum.py`` sends DescribeQuorum so: a status command, where a
+    second connection costs nothing); the health checker and every stopping runtime
+    manager already hold an admin client. Upstream: ``remove_members_from_consumer_group``
+    (the Java admin client has it), or a public ``send_request`` (aiokafka has a private
+    ``_send_request``)."""
     client: AIOKafkaClient = admin._client
     node = client.get_random_node() if node_id is None else node_id
     return await client.send(node, request)
