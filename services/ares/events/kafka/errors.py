@@ -47,6 +47,40 @@ _PLAIN_WORDS: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 
+class UnansweredRequest(TimeoutError):
+    """A request of a transaction (produce, AddPartitionsToTxn, TxnOffsetCommit, EndTxn) got
+    no answer within the producer's request timeout: it may still reach the broker later."""
+
+
+# Failures that leave a transaction's outcome unknown: the request may have reached the
+# broker, or may still (a timeout, a dropped connection), or the broker answered with an
+# error that says nothing of what it did (UnknownServerError).
+_RESULT_UNKNOWN: tuple[type[BaseException], ...] = (
+    TimeoutError,  # UnansweredRequest among them
+    kafka.KafkaTimeoutError,
+    kafka.RequestTimedOutError,
+    kafka.KafkaConnectionError,
+    kafka.NodeNotReadyError,
+    kafka.UnknownError,
+    ConnectionError,
+)
+
+
+def result_unknown(exc: BaseException) -> bool:
+    """Whether a transaction that failed with ``exc`` may still be changed by a request of it
+    that is late, not lost: then its producer must write no more (KIP-890).
+
+    Under the transaction protocol that aiokafka 0.14 and librdkafka speak (KIP-890's
+    "version 1"), every transaction of a producer epoch looks alike to the broker: a late
+    EndTxn would commit or abort the *next* transaction, a late produce or
+    AddPartitionsToTxn would land in it. Only a new epoch refuses them, so such a failure
+    retires the producer; a new one's ``init_transactions`` bumps the epoch. A fence is
+    not one of them (the producer is done anyway), nor is an answer that refused the
+    request (nothing of it was done).
+    """
+    return isinstance(exc, _RESULT_UNKNOWN)
+
+
 def is_retriable(exc: BaseException) -> bool:
     """Whether trying the same operation again may succeed without changing anything.
 

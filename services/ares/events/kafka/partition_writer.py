@@ -23,7 +23,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError, WriterRetired
 from ares.events.kafka.batch_future import BatchFuture, wake
-from ares.events.kafka.errors import translate
+from ares.events.kafka.errors import UnansweredRequest, result_unknown, translate
 from ares.events.model import NewEvent, utc_now
 from ares.events.writer import AppendPlan, StreamState, StreamTable
 
@@ -164,7 +164,9 @@ class Transaction:
                                          headers=list(headers))
 
     async def commit_offsets(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
-        await self._writer.producer.send_offsets_to_transaction(offsets, group_id)
+        writer = self._writer
+        await writer.answered(writer.producer.send_offsets_to_transaction(offsets, group_id),
+                              "AddOffsetsToTxn/TxnOffsetCommit")
 
     async def flush(self) -> None:
         """Hand the staged batches to the producer. A closed batch is drained at once
@@ -217,8 +219,12 @@ class PartitionWriter:
     """Owns partition ``partition`` of ``topic``: the only process that appends to it."""
 
     def __init__(self, producer: AIOKafkaProducer, topic: str, partition: int,
-                 table: StreamTable, max_record_bytes: int) -> None:
+                 table: StreamTable, max_record_bytes: int,
+                 request_timeout_s: float = 10.0) -> None:
         self.producer = producer
+        # The producer's own request timeout (Settings.request_timeout_s): a step of a
+        # transaction unanswered for this long has a request whose outcome is unknown.
+        self.request_timeout_s = request_timeout_s
         self.topic = topic
         self.partition = partition
         self.table = table
@@ -386,10 +392,32 @@ class PartitionWriter:
         """Send the staged batches, wait for the broker to acknowledge them and commit the
         transaction: every staged append with its events' offsets. Kafka errors propagate
         (the transaction is then aborted by ``_fail``)."""
-        await tx.flush()
-        written = await tx.offsets()
-        await self.producer.commit_transaction()
+        written: list[tuple[AppendPlan, list[int]]] = await self.answered(
+            self._acknowledged(tx), "produce/AddPartitionsToTxn")
+        await self.answered(self.producer.commit_transaction(), "EndTxn (commit)")
         return written
+
+    async def _acknowledged(self, tx: Transaction) -> list[tuple[AppendPlan, list[int]]]:
+        await tx.flush()
+        return await tx.offsets()
+
+    async def answered(self, step: Awaitable[Any], requests: str) -> Any:
+        """``await step``, or ``UnansweredRequest`` once it waited a request timeout.
+
+        aiokafka retries a transaction's requests that time out, for ever, with the same
+        producer epoch, and the first copy may still be on its way: the writer stops
+        waiting instead and retires the producer (``_fail``). One timer per step of a
+        transaction, never per event. The cancellation stops our wait only: aiokafka
+        shields its commit and offset futures, and resolves a batch only if its future
+        is not done (cancelled) yet.
+        """
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                return await step
+        except TimeoutError as exc:
+            raise UnansweredRequest(
+                f"{requests} of {self.topic}/{self.partition} got no answer within "
+                f"{self.request_timeout_s:g} s (the producer's request timeout)") from exc
 
     def _settle(self, batch: list[_Queued],
                 outcomes: list[tuple[_Queued, Any, BaseException | None]],
@@ -421,17 +449,34 @@ class PartitionWriter:
 
     async def _fail(self, batch: list[_Queued], tx: Transaction, exc: BaseException) -> None:
         error = translate(exc, f"append to {self.topic}/{self.partition}")
-        metrics.TRANSACTIONS.labels("fenced" if isinstance(error, FencedError)
-                                    else "aborted").inc()
-        self.table.restore(tx.saved)  # nothing of an aborted transaction is visible
+        # Undone here whatever the outcome: a fenced or retired writer writes no more, and
+        # its successor's takeover reads what the partition really holds.
+        self.table.restore(tx.saved)
         if isinstance(error, FencedError):
+            metrics.TRANSACTIONS.labels("fenced").inc()
             self._fenced = error
             log.warning("writer of %s/%d fenced: a newer owner took over", self.topic,
                         self.partition)
+        elif result_unknown(exc):
+            # No abort: an EndTxn(abort) of the same epoch could itself be overtaken by the
+            # late request. The next owner's init_transactions aborts the transaction, or
+            # finds it committed, and fences whatever of it is still on its way.
+            error = self._retire(exc, "its outcome is unknown")
         else:
+            metrics.TRANSACTIONS.labels("aborted").inc()
             await self._abort_or_retire(exc)
         for queued in batch:
             queued.set_exception(error)
+
+    def _retire(self, cause: BaseException, why: str) -> WriterRetired:
+        retired = WriterRetired(
+            f"the producer of {self.topic}/{self.partition} can no longer write "
+            f"({type(cause).__name__}: {cause}; {why}): the partition is taken over again "
+            "with a new one")
+        self._fenced = retired
+        metrics.TRANSACTIONS.labels("retired").inc()
+        log.error("writer of %s/%d retired: %s", self.topic, self.partition, retired)
+        return retired
 
     async def _abort_or_retire(self, cause: BaseException) -> None:
         """Abort the failed transaction; a producer that cannot even abort is retired.
@@ -449,9 +494,4 @@ class PartitionWriter:
         except KafkaError:
             return  # the broker refused the abort: the next transaction's begin says more
         except Exception as exc:
-            self._fenced = WriterRetired(
-                f"the producer of {self.topic}/{self.partition} can no longer write "
-                f"({type(cause).__name__}: {cause}; its abort failed: {exc}): the partition "
-                "is taken over again with a new one")
-            metrics.TRANSACTIONS.labels("retired").inc()
-            log.error("writer of %s/%d retired: %s", self.topic, self.partition, self._fenced)
+            self._retire(cause, f"its abort failed: {exc}")

@@ -239,7 +239,8 @@ async def open_writer(settings: Settings, topic: str, partition: int,
     except BaseException:
         await producer.stop()
         raise
-    writer = PartitionWriter(producer, topic, partition, table, settings.max_record_bytes)
+    writer = PartitionWriter(producer, topic, partition, table, settings.max_record_bytes,
+                             settings.request_timeout_s)
     writer.committed_end = end
     writer.start()
     return writer
