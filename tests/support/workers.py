@@ -247,6 +247,35 @@ def incarnations_of(events: Sequence[Event]) -> list[tuple[int, Event]]:
     return out
 
 
+def appended_by(events: Sequence[Event], event_type: str) -> list[int]:
+    """The incarnation that appended each ``event_type`` event, in log order."""
+    return [i for i, e in incarnations_of(events) if e.type == event_type]
+
+
+def busy_then_moved(events: Sequence[Event], first: int = 1, *,
+                    begun: str = "llm.call") -> bool:
+    """The fault hit work and the work moved: incarnation ``first`` had begun the task (it
+    appended a ``begun`` event: a recorded step, or the assignment when the first step is
+    the one in flight), did not complete it, and a later incarnation did. A victim that had
+    finished, or not yet begun, fails."""
+    completed = appended_by(events, "task.completed")
+    return (first in appended_by(events, begun) and first not in completed
+            and any(i > first for i in completed))
+
+
+def refused_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path, agent: str,
+                  incarnation: int) -> list[tuple[str, int]]:
+    """Steps ``incarnation`` of ``agent`` executed (a ledger line, written just before the
+    step's append) whose durable ``llm.call`` another incarnation appended: the zombie's
+    own record of them never reached the ``read_committed`` log."""
+    durable = {(str(e.payload["task_id"]), int(str(e.payload["name"]).removeprefix("step-"))): i
+               for i, e in incarnations_of(fleet.get(agent, [])) if e.type == "llm.call"}
+    ran = {(str(line["task_id"]), int(line["step"]))
+           for line in evidence.read_lines(ledger_dir / evidence.LLM_CALLS)
+           if line["agent_id"] == agent and int(line["incarnation"]) == incarnation}
+    return sorted(k for k in ran if k in durable and durable[k] != incarnation)
+
+
 def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
                 agents: Sequence[str]) -> StepAudit:
     """No LLM step executed again once its ``llm.call`` was durable.

@@ -4,7 +4,14 @@ and then SIGCONTed (a zombie). Every task completes, the dead worker's agents ar
 resurrected on the survivor, every stream stays contiguous and chain-valid, no recorded
 step runs again and no e-mail goes out twice (evidence ledgers outside Kafka).
 
-Latencies (SIGKILL -> all resumed) are measured and logged, never asserted.
+Each fault is proven to hit work: the victim is alive and its agents mid-task when it is
+killed or paused (a step recorded by that incarnation, the task not finished by it), and a
+later incarnation on another worker finishes the task. The zombie's own writes are proven
+refused: its writers report the fence, and the steps it executed after SIGCONT are in the
+``read_committed`` log only as another incarnation recorded them.
+
+Latencies (SIGKILL -> all resumed) are logged, never asserted: bench/recovery.py measures
+them.
 """
 
 from __future__ import annotations
@@ -22,20 +29,24 @@ from ares.config import Settings
 from ares.errors import FencedError
 from ares.events.chain import verify_chain
 from ares.events.kafka.reader import PartitionScanner
+from ares.events.kafka.routing import partition_for
 from ares.events.kafka.store import open_writer
 from ares.events.model import ANY_VERSION, Event, NewEvent
 from ares.lifecycle.genealogy import genealogy
-from ares.topics import TopicPlan
+from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import applied_topics, temp_topics
 from tests.support.workers import (
     Worker,
+    appended_by,
     audit_steps,
+    busy_then_moved,
     emails_by_task,
     epoch,
     fleet_events,
     has,
     host_of,
     in_process_manager,
+    refused_steps,
     summary,
     wait_fleet,
     wait_group,
@@ -118,6 +129,7 @@ async def test_sigkilled_worker_agents_resume_on_the_survivor(
         hosts = {a: host_of(before[a]) for a in agents}
         assert set(hosts.values()) == set(WORKERS)  # both host some
         victim, survivor = WORKERS
+        assert procs[victim].proc.poll() is None, "the victim was alive before the kill"
         killed_at = procs[victim].kill()
         orphans = [a for a in agents if hosts[a] == victim]
 
@@ -127,8 +139,13 @@ async def test_sigkilled_worker_agents_resume_on_the_survivor(
                                    "resurrected")
         fleet = {**fleet, **{a: resumed[a] for a in orphans}}
 
-    busy = [a for a in agents if not any(e.type == "task.completed"
-                                         and epoch(e.timestamp) < killed_at for e in fleet[a])]
+    # The kill hit work: orphans the victim had left mid-task, finished by their second
+    # incarnation on the survivor. An orphan that had finished before the kill is idle
+    # (its task completed by the first incarnation), never half-done.
+    busy = [a for a in orphans if busy_then_moved(fleet[a])]
+    assert busy, "no orphan was mid-task at the kill: the fault hit no work"
+    idle = [a for a in orphans if a not in busy]
+    assert all(appended_by(fleet[a], "task.completed") == [1] for a in idle), idle
     resumed_after: list[float] = []
     for agent in agents:
         events = fleet[agent]
@@ -154,12 +171,13 @@ async def test_sigkilled_worker_agents_resume_on_the_survivor(
     lost = assert_work_done_once(fleet, agents, ledger)
 
     timing = summary(resumed_after)
-    log.warning("SIGKILL -> resumed (session timeout %d ms): %d orphans (%d of the fleet "
+    log.warning("SIGKILL -> resumed (session timeout %d ms): %d orphans (%d of them "
                 "mid-task at the kill), %s; executions lost with the worker: %d",
                 SESSION_TIMEOUT_MS, len(orphans), len(busy), timing, lost)
     print(f"\nSIGKILL -> all resumed: max {timing['max_s']} s, p50 {timing['p50_s']} s, "
           f"p99 {timing['p99_s']} s over {len(orphans)} agents "
-          f"(session timeout {SESSION_TIMEOUT_MS} ms); {len(busy)} mid-task at the kill")
+          f"(session timeout {SESSION_TIMEOUT_MS} ms); {len(busy)} of them mid-task at "
+          "the kill")
 
 
 async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
@@ -179,6 +197,7 @@ async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
         before = await wait_fleet(settings, topics, agents, has("llm.call"), 60, "working")
         captured = [a for a in agents if host_of(before[a]) == zombie_id]
         assert captured
+        assert zombie.proc.poll() is None, "the zombie was alive before the pause"
         paused_at = zombie.pause()
         moved = await wait_fleet(
             settings, topics, captured,
@@ -190,9 +209,23 @@ async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
         fleet = await wait_fleet(settings, topics, agents, has("task.completed"), 45,
                                  "done with their task")
         await wait_group(settings, topics, members=2)  # the zombie is back as a member
-        fenced_lines = [line for line in zombie.log_text().splitlines() if "fenced" in line]
+        zombie_log = zombie.log_text()
 
     assert_streams_intact(fleet, agents)
+    # The pause hit work that moved: every captured agent had recorded a step under the
+    # zombie and was finished by a later incarnation (the survivor's, or a newer one the
+    # zombie was given back after rejoining), never by the zombie's paused one.
+    assert [a for a in captured if not busy_then_moved(fleet[a])] == []
+    # The zombie's writes were refused: its writers of the captured partitions were fenced
+    # (the log line of that outcome names each writer), and what it executed after SIGCONT
+    # is in the read_committed log only as another incarnation recorded it.
+    events_topic = topics.name(EVENTS)
+    fenced = {p for p in range(PARTITIONS)
+              if f"writer of {events_topic}/{p} fenced: a newer owner took over" in zombie_log}
+    captured_partitions = {partition_for(a, PARTITIONS) for a in captured}
+    assert fenced & captured_partitions, (fenced, captured_partitions)
+    refused = {a: refused_steps(fleet, ledger, a, incarnation=1) for a in captured}
+    assert [a for a, steps in refused.items() if not steps] == [], refused
     # Nothing the zombie wrote after the takeover is visible: any later lifecycle event
     # naming it belongs to a NEWER incarnation it was given after rejoining the group.
     for agent in captured:
@@ -208,11 +241,15 @@ async def test_a_paused_worker_is_fenced_after_its_partitions_moved(
     uncommitted = await fleet_events(settings, topics, isolation_level="read_uncommitted")
     aborted = sum(len(v) for v in uncommitted.values()) - sum(len(v) for v in fleet.values())
     lost = assert_work_done_once(fleet, agents, ledger)
-    log.warning("zombie %s: %d agents taken over, %d 'fenced' log lines, %d aborted "
-                "records in the log, %d executions lost", zombie_id, len(captured),
-                len(fenced_lines), aborted, lost)
-    print(f"\nzombie: {len(captured)} agents taken over; {len(fenced_lines)} fenced lines in "
-          f"its log; {aborted} aborted records; {lost} executions lost")
+    refusals = sum(len(v) for v in refused.values())
+    log.warning("zombie %s: %d agents taken over, writers of partitions %s fenced (captured "
+                "%s), %d executed steps refused, %d aborted records in the log, %d "
+                "executions lost", zombie_id, len(captured), sorted(fenced),
+                sorted(captured_partitions), refusals, aborted, lost)
+    print(f"\nzombie: {len(captured)} agents taken over; partitions {sorted(fenced)} fenced "
+          f"of {sorted(captured_partitions)}; {refusals} executed steps refused "
+          f"({sum(1 for v in refused.values() if v)} agents); {aborted} aborted records; "
+          f"{lost} executions lost")
 
 
 async def test_an_idle_zombie_that_gets_its_partitions_back_serves_them(
@@ -231,6 +268,7 @@ async def test_an_idle_zombie_that_gets_its_partitions_back_serves_them(
         before = await wait_fleet(settings, topics, agents, has("task.completed"), 60, "done")
         captured = [a for a in agents if host_of(before[a]) == zombie_id]
         assert captured
+        assert procs[zombie_id].proc.poll() is None, "the zombie was alive before the pause"
         procs[zombie_id].pause()
         await wait_fleet(settings, topics, captured,
                          lambda es: host_of(es) == survivor, 60, "taken over by the survivor")
@@ -262,6 +300,7 @@ async def test_a_zombie_mid_step_that_gets_its_partitions_back_finishes_the_work
                                   "working")
         captured = [a for a in agents if host_of(before[a]) == zombie_id]
         assert captured
+        assert procs[zombie_id].proc.poll() is None, "the zombie was alive before the pause"
         procs[zombie_id].pause()  # its steps end ~7 s after they began
         await wait_fleet(settings, topics, captured,
                          lambda es: host_of(es) == survivor, 30, "taken over by the survivor")
@@ -269,6 +308,9 @@ async def test_a_zombie_mid_step_that_gets_its_partitions_back_finishes_the_work
         fleet = await wait_fleet(settings, topics, agents, has("task.completed"), 60,
                                  "done with their task")
     assert_streams_intact(fleet, agents)
+    # The pause hit work that moved: each captured agent's first incarnation had the task
+    # (its one long step in flight) and a later incarnation completed it.
+    assert [a for a in captured if not busy_then_moved(fleet[a], begun="task.assigned")] == []
 
 
 async def test_appends_queued_behind_a_fenced_transaction_fail_and_the_writer_stops(
