@@ -30,9 +30,6 @@ PUBLIC_MODULES = frozenset({"aiokafka", "aiokafka.admin", "aiokafka.errors", "ai
 # The doors into aiokafka's privates: each reach starts with one of them.
 PRIVATE_ENTRIES = frozenset({"_coordinator", "_client", "_txn_manager", "_builder",
                              "_relative_offset", "_do_heartbeat", "_send_request"})
-# Reaches declared in internals.REACHES (so checked at start) whose callers have not moved
-# to internals' functions yet: the partition writer is being reworked in the same issue.
-NOT_MOVED_YET = {"events/kafka/partition_writer.py": {"_builder", "_relative_offset"}}
 
 
 def test_the_pinned_aiokafka_has_everything_ares_reaches_for() -> None:
@@ -97,11 +94,8 @@ def test_no_module_but_internals_touches_aiokafkas_privates() -> None:
     home = {name for _line, name in _private_reaches(ast.parse(HOME.read_text("utf-8")))}
     assert home >= {"_coordinator", "_client", "_txn_manager", "_do_heartbeat", "_builder",
                     "_relative_offset"}  # the detector sees them where they belong
-    found = []
-    for path, tree in _sources():
-        where = str(path.relative_to(PACKAGE))
-        found += [f"{where}:{line} {name}" for line, name in _private_reaches(tree)
-                  if name not in NOT_MOVED_YET.get(where, ())]
+    found = [f"{path.relative_to(PACKAGE)}:{line} {name}"
+             for path, tree in _sources() for line, name in _private_reaches(tree)]
     assert found == []
 
 

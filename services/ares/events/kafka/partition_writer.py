@@ -24,6 +24,7 @@ from ares import metrics
 from ares.errors import AresError, FencedError, RecordTooLargeError, WriterRetired
 from ares.events.kafka.batch_future import BatchFuture, wake
 from ares.events.kafka.errors import UnansweredRequest, result_unknown, translate
+from ares.events.kafka.internals import record_builder, set_record_count
 from ares.events.model import NewEvent, utc_now
 from ares.events.writer import AppendPlan, StreamState, StreamTable
 
@@ -33,20 +34,6 @@ log = logging.getLogger(__name__)
 MAX_ITEMS_PER_TRANSACTION = 2000
 
 _monotonic: Final = time.monotonic
-
-
-def _check_batch_builder() -> None:
-    """The writer fills aiokafka's record batches through two private attributes of
-    ``BatchBuilder`` (``Transaction._add`` says why): refuse to run with an aiokafka whose
-    ``BatchBuilder`` lacks them, rather than send batches it would number wrongly."""
-    probe = BatchBuilder(1024, 0, is_transactional=True)
-    if not (hasattr(probe, "_builder") and hasattr(probe, "_relative_offset")):
-        raise ImportError("aiokafka's BatchBuilder no longer has _builder and _relative_offset: "
-                          "ares.events.kafka.partition_writer needs the aiokafka pinned in "
-                          "pyproject.toml (0.14.0)")
-
-
-_check_batch_builder()
 
 
 def transactional_id(events_topic: str, partition: int) -> str:
@@ -90,7 +77,7 @@ class Transaction:
         # Each staged append with the place of each of its records: (batch, relative offset).
         self._staged: list[tuple[AppendPlan, list[tuple[int, int]]]] = []
         self._batches: list[BatchBuilder] = []
-        # Each batch's C record builder (BatchBuilder._builder) and its records so far.
+        # Each batch's C record builder (internals.record_builder) and its records so far.
         self._records: list[Any] = []
         self._counts: list[int] = []
         self._sent: list[asyncio.Future[Any]] = []
@@ -136,11 +123,12 @@ class Transaction:
         (keyword arguments, a serializer check, two attribute updates), paid per record
         (docs/development.md, "The compiled append path: why each trick"). The record goes
         to the C builder
-        (``BatchBuilder._builder``) directly instead, and ``flush`` tells each batch its
-        record count once (``BatchBuilder._relative_offset``: aiokafka numbers the batch's
+        (``internals.record_builder``) directly instead, and ``flush`` tells each batch its
+        record count once (``internals.set_record_count``: aiokafka numbers the batch's
         sequence by it). Private attributes of the aiokafka that pyproject.toml pins,
-        checked on import (``_check_batch_builder``); tests/unit/test_record_batches.py
-        checks that the batches hold what the public ``append`` would have put in them.
+        checked at every service start (``internals.check``);
+        tests/unit/test_record_batches.py checks that the batches hold what the public
+        ``append`` would have put in them.
         """
         last = len(self._batches) - 1
         if last >= 0:
@@ -149,7 +137,7 @@ class Transaction:
                 self._counts[last] = offset + 1
                 return last, offset
         batch = self._writer.producer.create_batch()
-        records = batch._builder
+        records = record_builder(batch)
         if records.append(0, None, key, value, headers) is None:  # any first record fits
             raise RecordTooLargeError(f"a {len(value)}-byte record does not fit a record batch")
         self._batches.append(batch)
@@ -173,7 +161,7 @@ class Transaction:
         (no ``linger_ms``)."""
         writer = self._writer
         for batch, count in zip(self._batches, self._counts, strict=True):
-            batch._relative_offset = count  # what its record_count() says (see _add)
+            set_record_count(batch, count)  # what its record_count() says (see _add)
             batch.close()
             self._sent.append(await writer.producer.send_batch(batch, writer.topic,
                                                                partition=writer.partition))
