@@ -10,15 +10,17 @@ from click.testing import CliRunner
 
 from ares.cli.send import deadline_option
 from ares.commands.deadlines import (
+    EXPIRED_REPLY,
     NOW_ONLY,
     Fate,
     NotAnsweredError,
     deadline_of,
     deadline_s_for,
+    is_expired,
     parse_seconds,
     with_deadline,
 )
-from ares.commands.model import DEADLINE, Command
+from ares.commands.model import DEADLINE, Command, Reply, ReplyStatus
 from ares.events.wire.schemas import COMMAND_PAYLOADS
 
 
@@ -85,3 +87,12 @@ def test_the_cli_option_takes_seconds_or_a_duration() -> None:
     refused = runner.invoke(send, ["--deadline", "later"])
     assert refused.exit_code == 2
     assert "'later' is not a positive duration (seconds or a duration: 30, 90s" in refused.output
+
+
+def test_the_api_answers_an_expired_command_with_a_409() -> None:
+    from ares.replay_reader.http_api import _refused
+
+    expired = _refused(Reply("c1", ReplyStatus.REJECTED, "a1", message=EXPIRED_REPLY))
+    refused = _refused(Reply("c1", ReplyStatus.REJECTED, "a1", message="unknown kind"))
+    assert (expired.status, refused.status) == (409, 422)
+    assert is_expired(f"agent.kill for 'a1' refused: {EXPIRED_REPLY}")

@@ -29,17 +29,28 @@ NOW_ONLY = frozenset({"agent.kill", "worker.crash"})
 # The dead letter's reason, and the start of the reply an expired command gets (the chaos
 # load recognises it: ares.chaos.load.EXPIRED).
 EXPIRED_REASON = "expired"
-EXPIRED_REPLY = ("expired: the sender's deadline passed before an owner took the command; "
-                 f"dead-lettered to ares.dlq (reason {EXPIRED_REASON}), not applied")
+EXPIRED_PREFIX = "expired: the sender's deadline passed"
+EXPIRED_REPLY = (f"{EXPIRED_PREFIX} before an owner took the command; dead-lettered to ares.dlq "
+                 f"(reason {EXPIRED_REASON}), not applied")
 DURATION_HELP = "seconds or a duration: 30, 90s, 5m, 1h, 2d"
-_UNIT_S = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ms|s|m|h|d|)")
+
+
+def is_expired(message: str) -> bool:
+    """Whether an owner's reply message (or an error that quotes it) is the answer to an
+    expired command."""
+    return EXPIRED_PREFIX in message
+
+# A positive number with an optional unit. The HTTP API documents the same pattern (its
+# schema); both read it with Python's rules, as the schema's validators do.
+DURATION_PATTERN = r"^(0*[1-9][0-9]*(?:\.[0-9]*)?|0*\.[0-9]*[1-9][0-9]*)(ms|s|m|h|d)?$"
+_DURATION = re.compile(DURATION_PATTERN)
+_UNIT_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_seconds(text: str) -> float:
     """``30``, ``90s``, ``5m``, ``1h``, ``2d``, ``500ms`` as seconds (> 0); ValueError with
     the reason otherwise."""
-    found = _DURATION.fullmatch(text.strip().lower())
+    found = _DURATION.match(text)
     seconds = float(found[1]) * _UNIT_S[found[2]] if found else math.nan
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{text!r} is not a positive duration ({DURATION_HELP})")

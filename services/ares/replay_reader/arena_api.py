@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ares.arena import CRASH, crash_command, owned_partitions
+from ares.client import NotAnsweredError
+from ares.commands.deadlines import is_expired
 from ares.commands.model import ReplyStatus
 from ares.errors import TransientError
 from ares.replay_reader.auth import ApiError
@@ -39,9 +41,10 @@ async def crash_worker(api: ReplayApi, request: web.Request) -> web.Response:
         raise ApiError(403, ARENA_OFF)
     if not worker_id or len(worker_id) > 255 or not worker_id.isprintable():
         raise ApiError(400, "worker_id must be 1-255 printable characters")
-    from ares.replay_reader.http_api import _json_object  # the API's body rules (a cycle)
+    from ares.replay_reader.http_api import _deadline_s, _json_object  # the API's rules
 
     await _json_object(request, frozenset(), "empty (or {})")
+    deadline_s = _deadline_s(request)  # by default the wait: a late crash is nobody's wish
     try:
         client = await api._commands()
         partitions = await owned_partitions(api.settings, client.plan, worker_id)
@@ -50,12 +53,15 @@ async def crash_worker(api: ReplayApi, request: web.Request) -> web.Response:
                                 "runtime group now (gone already, or still joining)")
         command = crash_command(worker_id, partitions, client.plan.partitions,
                                 issuer="http-api", reason=f"arena: {principal.via} operator")
-        reply = await client.send(command)
+        reply = await client.send(command, deadline_s=deadline_s)
+    except NotAnsweredError as exc:
+        again = ": check the workers page before sending it again" if exc.kept else ""
+        raise ApiError(503, f"{exc}{again}", headers=_RETRY_AFTER) from None
     except TransientError as exc:
-        raise ApiError(503, f"{exc}. The worker may still exit: check the workers page "
-                            "before sending it again", headers=_RETRY_AFTER) from None
+        raise ApiError(503, str(exc), headers=_RETRY_AFTER) from None
     if reply.status is not ReplyStatus.OK:
-        raise ApiError(422, reply.message or f"the owner answered {reply.status}")
+        raise ApiError(409 if is_expired(reply.message) else 422,
+                       reply.message or f"the owner answered {reply.status}")
     log.warning("worker.crash for %r from %s: %s", worker_id, request.remote, reply.message)
     return web.json_response({"worker_id": worker_id, "command": CRASH, "status": "ok",
                               "message": reply.message}, status=202)

@@ -35,7 +35,8 @@ from prometheus_client.exposition import choose_encoder
 
 from ares.agents.records import RESOLUTIONS
 from ares.agents.registry import AgentRegistry
-from ares.client import Client, CommandRejectedError
+from ares.client import Client, CommandRejectedError, NotAnsweredError
+from ares.commands.deadlines import is_expired, parse_seconds
 from ares.commands.model import (
     MAX_SIGNAL_NAME,
     MAX_SIGNAL_PAYLOAD_BYTES,
@@ -179,6 +180,20 @@ def _opt_int(request: web.Request, name: str, low: int, high: int) -> int | None
     return value
 
 
+def _deadline_s(request: web.Request) -> float | None:
+    """``?deadline=``: seconds or a duration after which no owner may apply the write's
+    command (then answered expired and dead-lettered); none: kept until an owner takes it."""
+    raw = request.query.get("deadline")
+    if raw is None:
+        return None
+    if len(raw) > openapi.DEADLINE_MAX:
+        raise ApiError(400, f"deadline: at most {openapi.DEADLINE_MAX} characters")
+    try:
+        return parse_seconds(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"deadline: {exc}") from None
+
+
 def _time(request: web.Request, name: str) -> datetime | None:
     raw = request.query.get(name)
     if raw is None:
@@ -238,9 +253,11 @@ def _no_constant(name: str) -> NoReturn:
 
 def _refused(reply: Reply) -> ApiError:
     """The owner's refusal as the API's: 404 when it hosts no such agent, 409 when the
-    stream moved under an expected version, else 422 (its message says why)."""
+    stream moved under an expected version or the request's deadline passed before an owner
+    took the command (a conflict with the time: nothing applied), else 422 (its message says
+    why)."""
     message = reply.message or f"the owner answered {reply.status}"
-    if reply.status is ReplyStatus.CONFLICT:
+    if reply.status is ReplyStatus.CONFLICT or is_expired(message):
         return ApiError(409, message)
     return ApiError(404 if _NO_AGENT_RE.match(message) else 422, message)
 
@@ -607,18 +624,24 @@ class ReplayApi:
             self.auth.check_csrf(request, None)
         return principal
 
-    async def send_command(self, command_type: str, agent_id: str, payload: dict[str, Any],
-                           *, retry: str = "", extra: Mapping[str, Any] | None = None,
-                           ) -> Reply:
-        """Send one command to the agent's owner; its OK reply, else the ApiError to
-        answer: 404/409/422 (``_refused``), 503 with Retry-After when no owner answered
-        (``retry``: what to say about retrying; ``extra``: members of the problem)."""
+    async def send_command(self, request: web.Request, command_type: str, agent_id: str,
+                           payload: dict[str, Any], *, again: str = "",
+                           extra: Mapping[str, Any] | None = None) -> Reply:
+        """Send one command to the agent's owner, with the request's ``?deadline=``; its OK
+        reply, else the ApiError to answer: 404/409/422 (``_refused``; an expired command
+        is a 422), 503 with Retry-After when no owner answered (the detail says what becomes
+        of the command; ``again``: how to wait for it again while an owner may still apply
+        it; ``extra``: members of the problem)."""
+        deadline_s = _deadline_s(request)
         command = Command(type=command_type, stream_id=agent_id, issuer=ISSUER,
                           payload=payload)
         try:
-            reply = await (await self._commands()).send(command)
-        except TransientError as exc:  # no owner answered in time, or no broker
-            raise ApiError(503, f"{exc}{retry}", headers=_RETRY_AFTER, extra=extra) from None
+            reply = await (await self._commands()).send(command, deadline_s=deadline_s)
+        except NotAnsweredError as exc:
+            detail = f"{exc}: {again}" if again and exc.kept else str(exc)
+            raise ApiError(503, detail, headers=_RETRY_AFTER, extra=extra) from None
+        except TransientError as exc:  # no broker
+            raise ApiError(503, str(exc), headers=_RETRY_AFTER, extra=extra) from None
         if reply.status is not ReplyStatus.OK:
             raise _refused(reply)
         return reply
@@ -627,9 +650,8 @@ class ReplayApi:
                          payload: dict[str, Any]) -> web.Response:
         agent_id = request.match_info["agent_id"]
         reply = await self.send_command(
-            command_type, agent_id, payload,
-            retry=". The command may still be applied by an owner that comes up within its "
-                  "deadline: check the agent's status before sending it again")
+            request, command_type, agent_id, payload,
+            again="the same request waits for it again (applied once)")
         message = reply.message or _DONE[command_type]
         log.info("%s for %r from %s: %s", command_type, agent_id, request.remote, message)
         return web.json_response({"agent_id": agent_id, "command": command_type,
@@ -677,9 +699,9 @@ class ReplayApi:
         input_json = _canonical(body["input"], "input")
         task_id = _body_text(body, "task_id", pattern=_SIGNAL_ID_RE) or str(uuid.uuid4())
         reply = await self.send_command(
-            "task.assign", agent_id, {"task_id": task_id, "input_json": input_json},
-            retry=f". The task may still be assigned: retry with the same task_id "
-                  f"{task_id!r} (assigned once)", extra={"task_id": task_id})
+            request, "task.assign", agent_id, {"task_id": task_id, "input_json": input_json},
+            again=f"the same request with task_id {task_id!r} waits for it again (assigned "
+                  "once)", extra={"task_id": task_id})
         message = reply.message or "assigned"
         log.info("task %r for %r from %s: %s", task_id, agent_id, request.remote, message)
         return web.json_response({"agent_id": agent_id, "task_id": task_id, "status": "ok",
@@ -707,7 +729,7 @@ class ReplayApi:
             client = await self._commands()
             version = await resolve_in_doubt(
                 client, self._whole_stream, agent_id, call_id, as_, result=result,
-                note=note, module=ISSUER, by="operator")
+                note=note, module=ISSUER, by="operator", deadline_s=_deadline_s(request))
         except NoSuchAgentError as exc:
             raise ApiError(404, str(exc)) from None
         except NotResolvableError as exc:
@@ -716,11 +738,11 @@ class ReplayApi:
             raise ApiError(409, f"{exc}: the stream kept moving; read it and try again") \
                 from None
         except CommandRejectedError as exc:
-            raise ApiError(422, str(exc)) from None
+            raise ApiError(409 if is_expired(str(exc)) else 422, str(exc)) from None
         except TransientError as exc:
-            raise ApiError(503, f"{exc}. The resolution may still be applied: check the "
-                                "call before resolving it again (a resolved call is "
-                                "refused, 409)", headers=_RETRY_AFTER) from None
+            raise ApiError(503, f"{exc}. Check the call before resolving it again (a "
+                                "resolved call is refused, 409)", headers=_RETRY_AFTER) \
+                from None
         log.info("call %r of %r resolved as %s from %s (version %d)", call_id, agent_id,
                  as_, request.remote, version)
         return web.json_response({"agent_id": agent_id, "call_id": call_id, "as": as_,
@@ -743,10 +765,10 @@ class ReplayApi:
         name = _signal_name(request.match_info["name"])
         payload_json, signal_id = await _signal_body(request)
         reply = await self.send_command(
-            "agent.signal", agent_id,
+            request, "agent.signal", agent_id,
             {"name": name, "signal_id": signal_id, "payload_json": payload_json},
-            retry=f". The signal may still arrive: retry with the same signal_id "
-                  f"{signal_id!r} (it is applied once)", extra={"signal_id": signal_id})
+            again=f"the same request with signal_id {signal_id!r} waits for it again (applied "
+                  "once)", extra={"signal_id": signal_id})
         log.info("signal %r (%s) for %r from %s: %s", name, signal_id, agent_id,
                  request.remote, reply.message or "received")
         return web.json_response({

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ares.commands.deadlines import DURATION_PATTERN
 from ares.commands.model import MAX_SIGNAL_NAME, MAX_SIGNAL_PAYLOAD_BYTES
 from ares.lifecycle.state import Status
 
@@ -378,11 +379,26 @@ _UNAUTHORIZED = {**_PROBLEM, "description": "no credentials, or invalid ones",
                  "headers": {"WWW-Authenticate": _HEADER}}
 
 
+DEADLINE_MAX = 40
+# Every write's command is kept on ares.commands until an owner takes it, unless the request
+# asks for a deadline (ares.commands.deadlines; a kill's and a crash's default is the wait).
+_DEADLINE = _query("deadline", {"type": "string", "maxLength": DEADLINE_MAX,
+                               "pattern": DURATION_PATTERN},
+                   "seconds or a duration (30, 90s, 5m, 1h, 2d) after which no owner may "
+                   "apply the command: one that takes it later answers expired (409) and "
+                   "dead-letters it to ares.dlq. Default: none, the command is kept until an "
+                   "owner takes it (kill and crash: the server's wait for the reply)")
+_EXPIRED = ("the `deadline` passed before an owner took the command: not applied, "
+            "dead-lettered to ares.dlq (reason expired)")
+_KEPT = ("no owner answered in time; `detail` says what becomes of the command: without a "
+         "deadline it is kept on ares.commands and applied when an owner takes it")
+
+
 def _write(op_id: str, summary: str, params: list[dict[str, Any]], body: str,
            accepted: dict[str, Any], writes: bool, *, body_required: bool = False,
            refusals: dict[str, str], too_large: str | None = None,
-           retry: str = "no owner answered in time: the command may still be applied "
-                        "(check before sending it again)") -> dict[str, Any]:
+           retry: str = f"{_KEPT}; the same request waits for it again (applied once)",
+           ) -> dict[str, Any]:
     """A write: an operator's bearer token. With writes disabled (no operator token) no
     credential is accepted: the operation then states no security requirement, and every
     request answers 403."""
@@ -396,6 +412,7 @@ def _write(op_id: str, summary: str, params: list[dict[str, Any]], body: str,
         "413": {**_PROBLEM, "description": too_large or f"a body over {MAX_BODY_BYTES} "
                                                         "bytes (nothing sent)"},
         "415": {**_PROBLEM, "description": "a body that is not application/json"},
+        "409": {**_PROBLEM, "description": _EXPIRED},
     }
     responses.update({status: {**_PROBLEM, "description": what}
                       for status, what in refusals.items()})
@@ -404,7 +421,7 @@ def _write(op_id: str, summary: str, params: list[dict[str, Any]], body: str,
     op: dict[str, Any] = {
         "summary": summary + (". Needs an operator's token." if writes else
                               "; writes are disabled on this server (403)."),
-        "operationId": op_id, "parameters": params,
+        "operationId": op_id, "parameters": [*params, _DEADLINE],
         "requestBody": {"required": body_required, "content": {
             "application/json": {"schema": _ref(body)}}},
         "responses": dict(sorted(responses.items()))}
@@ -434,7 +451,10 @@ def _writes(writes: bool) -> dict[str, Any]:
         "/agents/{agent_id}/kill": {"post": _write(
             "killAgent", "Crash an agent as if it raised (the arena): the runtime records "
             "agent.dead (cause killed) and resurrects it", [_AGENT], "EmptyRequest",
-            accepted, writes, refusals=lifecycle)},
+            accepted, writes, refusals=lifecycle,
+            retry="no owner answered in time: a kill's deadline is the wait (unless "
+                  "`deadline` says otherwise), so an owner that takes it later refuses it "
+                  "and dead-letters it (expired)")},
         "/agents/{agent_id}/resume": {"post": _write(
             "resumeAgent", "Resume a stopped or quarantined agent (a new incarnation, a "
             "fresh restart budget)", [_AGENT], "EmptyRequest", accepted, writes,
@@ -445,8 +465,8 @@ def _writes(writes: bool) -> dict[str, Any]:
             _json(_ref("TaskAccepted"), "the owner recorded the task (or already had it: "
                                         "same task_id)"), writes, body_required=True,
             refusals=lifecycle,
-            retry="no owner answered in time: the task may still be assigned; retry with "
-                  "the same task_id (the problem's `task_id`)")},
+            retry=f"{_KEPT}; the same request with the same task_id (the problem's "
+                  "`task_id`) waits for it again (assigned once)")},
         "/agents/{agent_id}/calls/{call_id}/resolve": {"post": _write(
             "resolveCall", "Resolve a tool call that is in doubt (as `ares agents "
             "resolve`): appends tool.call.resolved and the paused task runs again",
@@ -456,10 +476,11 @@ def _writes(writes: bool) -> dict[str, Any]:
             body_required=True,
             refusals={"404": "no such agent",
                       "409": "the call is not in doubt (unknown, running, with an outcome "
-                             "or already resolved), or the stream kept moving",
+                             "or already resolved), or the stream kept moving, or "
+                             + _EXPIRED,
                       "422": _OWNER_REFUSED},
-            retry="no owner answered in time: the resolution may still be applied; check "
-                  "the call before resolving it again")},
+            retry=f"{_KEPT}; check the call before resolving it again (a resolved call is "
+                  "refused, 409)")},
         "/agents/{agent_id}/signals/{name}": {"post": _send_signal(writes)},
         "/workers/{worker_id}/crash": {"post": _write(
             "crashWorker", "The arena: make a runtime manager exit abruptly (worker.crash, "
@@ -473,8 +494,9 @@ def _writes(writes: bool) -> dict[str, Any]:
             refusals={"404": "no such worker holds partitions in the runtime group",
                       "422": "the worker refused: its runtime manager runs without --arena "
                              "(the command is dead-lettered, nothing crashed)"},
-            retry="no owner answered in time: the worker may still exit; check the "
-                  "workers page before sending it again")},
+            retry="no owner answered in time: the crash's deadline is the wait (unless "
+                  "`deadline` says otherwise), so an owner that takes it later refuses it "
+                  "and dead-letters it (expired)")},
     }
 
 
@@ -495,8 +517,8 @@ def _send_signal(writes: bool) -> dict[str, Any]:
                                       "already: same signal_id)"), writes,
         refusals={"404": _NO_AGENT, "422": "the owner refused the signal; `detail` says why"},
         too_large=f"a payload over {MAX_SIGNAL_PAYLOAD_BYTES} bytes (nothing sent)",
-        retry="no owner answered in time: the signal may still arrive; retry with the same "
-              "signal_id")
+        retry=f"{_KEPT}; the same request with the same signal_id (the problem's "
+              "`signal_id`) waits for it again (applied once)")
 
 
 def _secured(path: dict[str, Any]) -> dict[str, Any]:

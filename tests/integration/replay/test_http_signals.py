@@ -216,22 +216,34 @@ async def test_an_oversized_payload_is_413_and_nothing_is_sent(
 
 
 async def test_no_owner_answering_is_503_with_retry_after(rp_settings: Settings) -> None:
-    """Topics of their own and no runtime manager: the signal waits for an owner."""
+    """Topics of their own and no runtime manager: the signal is kept for an owner, and the
+    problem says so."""
     lonely = rp_settings.with_overrides(topic_prefix=f"rp-lonely-{uuid.uuid4().hex[:8]}.",
                                         request_timeout_s=2.0, api_token=TOKEN)
     async with applied_topics(lonely, partitions=1):
         service = await serving(lonely, "rp_sig_")
+        url = f"http://127.0.0.1:{service.port}/agents/anyone/signals/approved"
         try:
-            status, headers, body = await post(
-                f"http://127.0.0.1:{service.port}/agents/anyone/signals/approved",
-                {"signal_id": "retry-me"}, AUTH)
+            status, headers, body = await post(url, {"signal_id": "retry-me"}, AUTH)
+            # A deadline shorter than the server's wait has passed when it answers.
+            timed, _, timed_body = await post(f"{url}?deadline=1s", {"signal_id": "timed"},
+                                              AUTH)
+            bad, _, bad_body = await post(f"{url}?deadline=soon", {"signal_id": "x"}, AUTH)
         finally:
             await service.stop()
     assert status == 503
     assert headers["Retry-After"] == "5"
     assert body["signal_id"] == "retry-me"
-    assert "may still arrive" in body["detail"]
-    assert "'retry-me'" in body["detail"]
+    detail = body["detail"]
+    assert "the command is kept on ares.commands and will be applied when an owner takes it" \
+        in detail
+    assert "the same request with signal_id 'retry-me' waits for it again" in detail
+    assert timed == 503
+    assert ("has passed: an owner that takes it now refuses it and dead-letters it to "
+            "ares.dlq (reason expired), it is not applied") in timed_body["detail"]
+    assert "waits for it again" not in timed_body["detail"]
+    assert bad == 400
+    assert bad_body["detail"].startswith("deadline: 'soon' is not a positive duration")
 
 
 @pytest.mark.timeout(600)
