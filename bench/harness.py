@@ -33,6 +33,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from ares import native
 from ares.config import Settings
 from ares.events.chain import seal_encoded
+from ares.events.kafka.reader import new_consumer
 from ares.events.kafka.retry import connect
 from ares.events.kafka.routing import partition_for
 from ares.events.model import Event, NewEvent, StreamHead
@@ -380,6 +381,26 @@ async def settled_end_offsets(settings: Settings, topic: str,
     finally:
         await committed.stop()
         await uncommitted.stop()
+
+
+async def committed_values(settings: Settings, topic: str, partitions: int) -> list[bytes]:
+    """Every committed record value of ``topic`` up to its end when called, partition by
+    partition in offset order (what a benchmark reads back to measure from the log)."""
+    consumer = new_consumer(settings, fetch_max_wait_ms=5)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        found: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            batch = await consumer.getmany(*tps, timeout_ms=500)
+            for tp, records in batch.items():
+                found[tp.partition].extend(r.value for r in records if r.value is not None)
+        return [value for p in range(partitions) for value in found[p]]
+    finally:
+        await consumer.stop()
 
 
 def producer_options(settings: Settings) -> dict[str, Any]:

@@ -89,6 +89,7 @@ from bench.harness import (
     bench_settings,
     chunks,
     cli,
+    committed_values,
     interleave,
     latency_summary,
     machine,
@@ -510,24 +511,12 @@ async def wait_group(settings: Settings, plan: TopicPlan, members: int,
 
 
 async def read_streams(settings: Settings, plan: TopicPlan) -> dict[str, list[Event]]:
-    topic, count = plan.name(EVENTS), plan.topic(EVENTS).partitions
-    consumer = new_consumer(settings, fetch_max_wait_ms=5)
-    await consumer.start()
-    try:
-        streams: dict[str, list[Event]] = {}
-        tps = [TopicPartition(topic, p) for p in range(count)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            batch = await consumer.getmany(*tps, timeout_ms=500)
-            for records in batch.values():
-                for record in records:
-                    event = decode_event(record.value)
-                    streams.setdefault(event.stream_id, []).append(event)
-        return streams
-    finally:
-        await consumer.stop()
+    streams: dict[str, list[Event]] = {}
+    for value in await committed_values(settings, plan.name(EVENTS),
+                                        plan.topic(EVENTS).partitions):
+        event = decode_event(value)
+        streams.setdefault(event.stream_id, []).append(event)
+    return streams
 
 
 async def wait_streams(settings: Settings, plan: TopicPlan, agents: Sequence[str],

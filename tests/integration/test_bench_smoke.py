@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import asyncpg
-from bench import append, budgets, dashboard_live, delegation, read, tokens, waits
+from bench import append, budgets, dashboard_live, delegation, read, takeover, tokens, waits
 
 from ares.config import Settings
 from tests.support.kafka import admin_client
@@ -152,6 +152,28 @@ async def test_waits_bench_measures_waiting_agents_and_wakes_every_timer(
     assert timers["ours"]["early"] == 0  # never before its recorded deadline
     assert 1 <= timers["ours"]["peak_pending"] <= 500
     assert isinstance(timers["goal"]["met"], bool)
+
+    assert await bench_topics_left(settings) == []
+
+
+async def test_takeover_bench_wakes_every_moved_timer_and_fires_the_schedule_again(
+    settings: Settings,
+) -> None:
+    report = await takeover.run(settings, agents=16, sleep_s=16.0, kill_after_s=4.0)
+
+    assert_section(report, "takeover")
+    assert report["higher_is_better"] is False
+    moved, kept = report["agents"]["moved"], report["agents"]["kept"]
+    assert moved >= kept >= 1  # the victim hosted the most sleepers; both hosted some
+    assert moved + kept == 16
+    assert 0 <= report["agents"]["due_in_takeover"] <= moved
+    assert report["ours"]["samples"] == moved
+    assert report["ceiling"]["samples"] == kept
+    assert report["ours"]["early"] == 0  # never before its recorded deadline
+    assert isinstance(report["goal"]["met"], bool)
+    catchup = report["parts"]["catchup"]
+    assert_section(catchup, "takeover.catchup")
+    assert isinstance(catchup["ours"]["catchup"], bool)
 
     assert await bench_topics_left(settings) == []
 

@@ -20,7 +20,8 @@ from ares.gc_policy import apply_gc_policy
 
 # In the order they run; each module has ``async def run(settings, **opts) -> dict``.
 BENCHMARKS = ("append", "read", "replay", "recovery", "scaling", "heartbeats", "waits",
-              "delegation", "dashboard_live", "java_clients", "tokens", "budgets", "signing")
+              "takeover", "delegation", "dashboard_live", "java_clients", "tokens", "budgets",
+              "signing")
 # What --cluster runs unless --only says otherwise: the figures replication changes most.
 CLUSTER_BENCHMARKS = ("append", "replay", "recovery")
 # Benchmarks that need PostgreSQL (a --cluster run brings one if the configured one is down).

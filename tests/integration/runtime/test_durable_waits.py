@@ -30,13 +30,25 @@ from ares.examples.refund import REFUNDS
 from ares.topics import ALERTS, COMMANDS, DLQ, TopicPlan
 from tests.support.kafka import applied_topics, drain_records
 from tests.support.processes import ares, ares_env
-from tests.support.workers import epoch, fleet_events, has, host_of, wait_fleet, wait_group, workers
+from tests.support.workers import (
+    appended_by,
+    epoch,
+    fleet_events,
+    has,
+    host_of,
+    wait_fleet,
+    wait_group,
+    workers,
+)
 
 log = logging.getLogger(__name__)
 
 PARTITIONS = 4
 SESSION_TIMEOUT_MS = 4000
 WORKERS = ("w-a", "w-b")
+# An event's timestamp (microseconds, read back as a float) against a float read from the
+# same clock just before the event was sealed: equal or later, give or take the rounding.
+ROUNDING_S = 0.001
 
 
 @pytest.fixture
@@ -157,21 +169,28 @@ async def test_a_durable_sleep_wakes_at_its_original_deadline_on_the_survivor(
     lateness = []
     for agent in agents:
         events = fleet[agent]
+        # One wait, started once: its deadline was fixed when the sleep began (20 s on the
+        # clock read just before the event was sealed), and nobody started it again.
         [started] = of_type(events, "wait.started")
         [woke] = of_type(events, "wait.completed")
         deadline = float(started.payload["deadline"])
-        assert deadline == pytest.approx(epoch(started.timestamp) + 20, abs=0.5)
+        assert deadline <= epoch(started.timestamp) + 20 + ROUNDING_S
+        assert epoch(started.timestamp) < killed_at < deadline  # asleep at the kill
         assert woke.payload["outcome"] == "elapsed"
-        # Never before its deadline; and not a new 20 s after the kill (a restarted clock).
-        assert epoch(woke.timestamp) >= deadline
-        assert epoch(woke.timestamp) < killed_at + 20
+        assert epoch(woke.timestamp) >= deadline  # never before its deadline
+        assert appended_by(events, "task.completed") == appended_by(events, "wait.completed")
         lateness.append(epoch(woke.timestamp) - deadline)
     for agent in orphans:
+        # The kill hit a pending timer and the work moved: the first incarnation started
+        # the sleep, the survivor's (the second) woke it at the recorded deadline and
+        # finished the task. How late it woke is bench/takeover.py's figure.
         events = fleet[agent]
         [back] = of_type(events, "agent.resurrected")
         assert back.payload["worker"] == survivor
-        assert back.version < of_type(events, "wait.completed")[0].version  # woke there
         assert epoch(back.timestamp) > killed_at
+        assert appended_by(events, "wait.started") == [1]
+        assert appended_by(events, "wait.completed") == [2]
+        assert appended_by(events, "task.completed") == [2]
     print(f"\ndurable sleep of 20 s, worker SIGKILLed at 10 s: woke {max(lateness):.3f} s "
           f"after the deadline at most ({len(orphans)} agents moved to {survivor})")
 

@@ -3,7 +3,8 @@ CLI: create, list, pause, resume, delete; invalid input refused with its reason 
 codes, dead letters) while the owner keeps serving; and a schedule ticking every 5 s across
 two runtime managers, one SIGKILLed and later restarted: the tick log (the task.assigned
 events of the target agent) has no duplicate and no gap beyond the catch-up policy, and the
-ticks really moved to the other owner.
+ticks really moved to the other owner. Order and counts only: how soon a takeover fires the
+catch-up is bench/takeover.py's figure.
 """
 
 from __future__ import annotations
@@ -341,11 +342,6 @@ async def failover_plan(kafka_bootstrap: str) -> AsyncIterator[tuple[Settings, T
         yield settings, plan
 
 
-def _floor(when: datetime) -> datetime:
-    """The last 5-second tick at or before ``when``."""
-    return when.replace(microsecond=0) - timedelta(seconds=when.second % 5)
-
-
 async def test_a_schedule_ticks_once_across_a_sigkill_and_a_restart(
     failover_plan: tuple[Settings, TopicPlan], tmp_path: Path
 ) -> None:
@@ -442,7 +438,7 @@ async def _assert_tick_log(settings: Settings, plan: TopicPlan, name: str, agent
         gaps += 1
         closing = fired[sm.tick_text(after)]
         assert closing.metadata[sm.META_CATCHUP] == "true", (before, after, _describe(closing))
-        assert _floor(closing.timestamp) in (after, after + PERIOD), _describe(closing)
+        assert after <= closing.timestamp, _describe(closing)  # never before it was due
         missed = [before + PERIOD * i for i in range(1, (after - before) // PERIOD)]
         for tick in missed:
             assert any(start - PERIOD < tick <= closing.timestamp for start in outages), (
