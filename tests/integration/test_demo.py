@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ares.demo.runner import TEAM_LEADER_STEPS
 from tests.support.processes import ares
 
 
 def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> None:
     env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": kafka_bootstrap}
-    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "5", "--step-ms", "150",
+    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "8", "--step-ms", "150",
                 "--json", "--workdir", str(tmp_path), env=env, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -36,10 +37,30 @@ def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> N
     causes = {r["cause"] for r in report["resurrections"]}
     assert "worker_lost" in causes  # the SIGKILLed runtime manager's agents came back
     assert "stalled" in causes  # the hung agent, found by the health checker
-    assert any(fault.startswith("SIGKILL runtime-manager") for fault in report["faults"])
-    # The team: its leader's worker SIGKILLed mid-dispatch, then a busy sub-agent killed.
-    assert any("hosting the team leader team-1, mid-dispatch" in f for f in report["faults"])
-    assert any(f.startswith("sub-agent team-1.research-") for f in report["faults"])
+    # Each fault hit busy work, by the log: its victim was mid-task at its agent.dead (of
+    # the fault's cause), and a later incarnation finished that task. The team leader's
+    # worker SIGKILLed mid-dispatch, then a busy sub-agent and a pipeline killed, and one
+    # pipeline hung for the health checker.
+    faults = report["fault_evidence"]
+    assert len(report["faults"]) == len(faults)
+    assert [(f["kind"], f["cause"]) for f in faults] == [
+        ("worker_sigkill", "worker_lost"), ("agent_kill", "killed"), ("agent_kill", "killed"),
+        ("hang", "stalled")]
+    for fault in faults:
+        assert fault["hit"] is True, fault
+        assert fault["missed"] is None
+        assert fault["refused"] is None
+        victim = fault["victims"][0]
+        assert victim["mid_task"] is True, fault
+        assert victim["dead_cause"] == fault["cause"]
+        assert victim["finished_by_incarnation"] >= 2
+        assert victim["completed_version"] > victim["dead_version"] > 0
+        assert 0 <= victim["steps_before"] <= victim["steps_total"]
+    sigkill, child, _pipeline, hang = faults
+    assert sigkill["victims"][0]["agent_id"] == "team-1"
+    assert sigkill["victims"][0]["steps_before"] < TEAM_LEADER_STEPS  # not yet aggregated
+    assert child["victims"][0]["agent_id"].startswith("team-1.research-")
+    assert hang["victims"][0]["agent_id"] == "pipeline-hung"
     team = report["team"]
     assert team["dispatched"] == {"team-1": 8, "team-calm": 8}
     assert team["dispatched_twice"] == team["assigned_not_once"] == []
@@ -60,8 +81,9 @@ def test_the_demo_with_ui_ends_in_the_arena(kafka_bootstrap: str, tmp_path: Path
     without the token; Ctrl+C stops every service and the demo exits cleanly."""
     env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": kafka_bootstrap}
     proc = subprocess.Popen(
+        # steps long enough for the kills to land mid-task (a miss exits 1)
         [sys.executable, "-m", "ares", "demo", "--ui", "--agents", "2", "--chats", "0",
-         "--steps", "2", "--step-ms", "50", "--workdir", str(tmp_path)],
+         "--steps", "2", "--step-ms", "150", "--workdir", str(tmp_path)],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None

@@ -181,7 +181,9 @@ def _print_report(run: DemoRun, options: DemoOptions) -> None:
     ok, bad = "[green]✓[/]", "[red]✗[/]"
     table.add_row("agents", f"{report.agents} ({options.agents} pipelines, "
                             f"{options.chats} chats)")
-    table.add_row("faults injected", "\n".join(report.faults) or "-")
+    table.add_row("faults injected (proof)", "\n".join(
+        f"{ok if f.hit else bad if f.missed else '-'} {f.line}"
+        for f in report.fault_evidence) or "-")
     all_done = report.tasks_completed >= report.tasks_assigned
     table.add_row("tasks completed", f"{ok if all_done else bad} "
                                      f"{report.tasks_completed}/{report.tasks_assigned}")

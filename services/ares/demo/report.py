@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ares.agents.ledger import token_ledger
+from ares.demo.faults import WORKER_SIGKILL, Fault, FaultEvidence, fault_evidence
 from ares.errors import IntegrityError
 from ares.events.chain import verify_chain
 from ares.events.model import Event
@@ -119,7 +120,8 @@ class DemoReport:
     emails_sent_twice: list[str] = field(default_factory=list)
     in_doubt: list[str] = field(default_factory=list)
     integrity_failures: list[str] = field(default_factory=list)
-    faults: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # each fault's line, with its evidence
+    fault_evidence: list[FaultEvidence] = field(default_factory=list)
     team: TeamReport | None = None
 
     @property
@@ -135,6 +137,8 @@ class DemoReport:
             broken.append("e-mails missing (neither sent nor reported in doubt)")
         if self.integrity_failures:
             broken.append(f"{len(self.integrity_failures)} stream(s) failed integrity")
+        broken += [f"a fault missed busy work ({f.fault.text}): {f.missed}"
+                   for f in self.fault_evidence if f.missed is not None]
         if self.team is not None:
             broken += self.team.broken_promises
         return broken
@@ -152,6 +156,7 @@ class DemoReport:
             "emails_sent": self.emails_sent, "emails_sent_twice": self.emails_sent_twice,
             "in_doubt": self.in_doubt, "integrity_failures": self.integrity_failures,
             "faults": self.faults,
+            "fault_evidence": [f.to_json() for f in self.fault_evidence],
             "team": None if self.team is None else self.team.to_json(),
             "broken_promises": self.broken_promises,
             "promises_kept": not self.broken_promises,
@@ -167,14 +172,19 @@ def _res_json(r: Resurrection) -> dict[str, Any]:
 def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Mapping[str, Any]],
                  email_lines: Iterable[Mapping[str, Any]], emails_expected: int,
                  fault_times: Mapping[str, Sequence[datetime]],
-                 faults: Sequence[str],
+                 faults: Sequence[Fault],
                  team: tuple[str, str, int] | None = None) -> DemoReport:
-    """``fault_times``: agent id → when the faults that hit it were injected. ``team``:
-    (the leader the faults hit, the leader of the same question without faults, the
-    sub-tasks each dispatches)."""
+    """``fault_times``: agent id → when the faults that hit it were injected; ``faults``:
+    each fault with its victims, checked against their streams. ``team``: (the leader the
+    faults hit, the leader of the same question without faults, the sub-tasks each
+    dispatches)."""
     llm_lines, email_lines = list(llm_lines), list(email_lines)
+    evidence = [fault_evidence(fault, streams) for fault in faults]
+    # A worker's agents the demo did not see on it when it killed it (a sub-agent just
+    # dispatched) died of that kill too: their deaths are timed from it.
+    cause_times = {"worker_lost": [f.at for f in faults if f.kind == WORKER_SIGKILL]}
     report = DemoReport(agents=len(streams), emails_expected=emails_expected,
-                        faults=list(faults))
+                        faults=[f.line for f in evidence], fault_evidence=evidence)
     # (agent, task, step) -> the incarnation that recorded it: an execution by a LATER
     # incarnation ran a step whose result was already durable (the promise broken). An
     # earlier one may repeat: killed mid-step, before its record was durable.
@@ -198,7 +208,8 @@ def build_report(streams: Mapping[str, Sequence[Event]], llm_lines: Iterable[Map
         report.steps_reused += ledger.reused_calls
         report.tokens_spent += ledger.spent_prompt + ledger.spent_completion
         report.tokens_saved += ledger.reused_tokens
-        report.resurrections += _resurrections(agent_id, events, fault_times.get(agent_id, ()))
+        report.resurrections += _resurrections(agent_id, events, fault_times.get(agent_id, ()),
+                                               cause_times)
     twice = set()
     for line in llm_lines:
         report.llm_executions += 1
@@ -291,8 +302,8 @@ def _check_chain(report: DemoReport, agent_id: str, events: Sequence[Event]) -> 
         report.integrity_failures.append(f"{agent_id}: {exc}")
 
 
-def _resurrections(agent_id: str, events: Sequence[Event],
-                   fault_times: Sequence[datetime]) -> list[Resurrection]:
+def _resurrections(agent_id: str, events: Sequence[Event], fault_times: Sequence[datetime],
+                   cause_times: Mapping[str, Sequence[datetime]]) -> list[Resurrection]:
     found = []
     last_dead: Event | None = None
     for event in events:
@@ -302,11 +313,13 @@ def _resurrections(agent_id: str, events: Sequence[Event],
             record = RecoveryRecord.from_event(event)
             meta = event.metadata
             # The fault behind this death: the latest one injected before it was recorded.
-            earlier = [t for t in fault_times if t <= last_dead.timestamp]
+            cause = str(last_dead.payload.get("cause"))
+            earlier = [t for t in fault_times if t <= last_dead.timestamp] or [
+                t for t in cause_times.get(cause, ()) if t <= last_dead.timestamp]
             fault_at = max(earlier) if earlier else None
             start = fault_at or last_dead.timestamp
             found.append(Resurrection(
-                agent_id, str(last_dead.payload.get("cause")),
+                agent_id, cause,
                 (last_dead.timestamp - start).total_seconds() if fault_at else None,
                 _ms(meta.get("ares.recovery.load_ms")), _ms(meta.get("ares.recovery.replay_ms")),
                 _ms(meta.get("ares.recovery.resume_ms")),

@@ -11,11 +11,12 @@
    mid-dispatch (its 3rd ``delegation.dispatched``, its task open; the fleet's busy agents
    on that worker die with it); then a busy sub-agent killed with ``agent.kill`` (with two
    runtime managers only one is left: a second worker death would stop the runtime); later
-   one pipeline agent killed with ``agent.kill``;
+   one busy pipeline agent killed with ``agent.kill``, and one hung for the health checker;
 5. a second team with the same question and no fault, to compare the answers;
 6. wait for every task, then check every promise from outside: the log (chains, outcomes,
-   tokens, the team's dispatches) and the ledgers the example agents wrote of what really
-   ran (LLM steps, e-mails).
+   tokens, the team's dispatches), the ledgers the example agents wrote of what really
+   ran (LLM steps, e-mails), and that each fault hit busy work (``demo.faults``: its
+   victim mid-task at the death it caused, a later incarnation finishing the task).
 
 With ``ui`` (``ares demo --ui``) the replay reader serves the dashboard (``/ui/``) on a free
 port of its own, with ``--arena`` (the runtime managers too: Crash worker is honoured), an
@@ -27,7 +28,6 @@ report (``keep_running``) for the caller to stop (``stop_services``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import socket
@@ -41,6 +41,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from ares.client import Client, CommandRejectedError
 from ares.config import Settings
+from ares.demo.faults import AGENT_KILL, HANG, WORKER_SIGKILL, Fault
 from ares.demo.fleet import AgentProgress, FleetState
 from ares.demo.processes import ServiceProcess
 from ares.demo.report import DemoReport, build_report
@@ -74,7 +75,6 @@ class DemoOptions:
     step_ms: int = 250
     kill_at: float = 0.35  # fraction of all steps done when the worker is SIGKILLed
     partitions: int = 6
-    session_timeout_ms: int = 6000
     timeout_s: float = 300.0
     keep_running: bool = False
     ui: bool = False  # the dashboard with the arena, kept running after the report
@@ -93,6 +93,7 @@ class DemoRun:
     phase: str = "starting"
     services: list[ServiceProcess] = field(default_factory=list)
     fault_times: dict[str, list[datetime]] = field(default_factory=dict)  # agent -> faults
+    faults: list[Fault] = field(default_factory=list)  # with their victims, for the proof
     emails_expected: int = 0
     killed_worker: str | None = None
     ui: DashboardAccess | None = None
@@ -135,8 +136,8 @@ async def run_demo(base: Settings, options: DemoOptions, progress: Progress) -> 
     for index in (1, 2):
         run.services.append(ServiceProcess(
             f"runtime-manager-{index}",
-            ["runtime-manager", "--instance-id", f"worker-{index}",
-             "--session-timeout-ms", str(options.session_timeout_ms), *arena],
+            # `ares run`'s own failover settings, as a user gets them (docs/health.md)
+            ["runtime-manager", "--instance-id", f"worker-{index}", *arena],
             env, workdir / "logs" / f"runtime-manager-{index}.log"))
     run.services += [ServiceProcess(name, [name], env, workdir / "logs" / f"{name}.log")
                      for name in SUPPORTING_SERVICES]
@@ -219,15 +220,10 @@ async def _drive(run: DemoRun, options: DemoOptions, phase: Callable[[str], None
             phase("worker killed: a busy sub-agent next")
             await _kill_busy_child(run, client, options)
             phase("waiting for the fleet to be resurrected")
-            await _until(lambda: state.steps_done >= 0.7 * state.total_steps
-                         or state.tasks_done >= state.total_tasks - 1, options.timeout_s)
-            victim = _busy_agent(state)
-            if victim is not None:
-                state.faults.append(f"agent {victim} killed (ares agents kill) "
-                                    f"at {_clock()}")
-                run.fault_times.setdefault(victim, []).append(utc_now())
-                with contextlib.suppress(Exception):  # it may just have finished
-                    await client.command("agent.kill", victim)
+            await _until(lambda: _resurrected(run) and (
+                state.steps_done >= 0.7 * state.total_steps
+                or state.tasks_done >= state.total_tasks - 1), options.timeout_s)
+            await _kill_busy_pipeline(run, client)
             phase("the same question to a team without faults")
             _add_leader(run, CALM_LEADER)
             await client.start_agent(CALM_LEADER, "example.team")
@@ -254,9 +250,11 @@ async def _hang_one(run: DemoRun, client: Client, options: DemoOptions) -> None:
     await client.assign_task(agent_id, "analysis-1", {
         "steps": options.steps, "step_ms": options.step_ms, "email": True, "hang_at": hang_at})
     await _until(lambda: agent.steps >= hang_at, options.timeout_s)
-    run.fault_times.setdefault(agent_id, []).append(utc_now())
-    run.state.faults.append(f"agent {agent_id} hung at step {hang_at} (no progress; its "
-                           f"step timeout is {HANG_TIMEOUT_S}s) at {_clock()}")
+    hung_at = utc_now()
+    run.fault_times.setdefault(agent_id, []).append(hung_at)
+    _record(run, Fault(HANG, f"agent {agent_id} hung at step {hang_at} (no progress; its "
+                             f"step timeout is {HANG_TIMEOUT_S}s) at {_clock()}",
+                       hung_at, "stalled", (agent_id,)))
 
 
 def _names(run: DemoRun) -> set[str]:
@@ -291,61 +289,104 @@ async def _kill_leaders_worker(run: DemoRun, options: DemoOptions) -> None:
         state.steps_done >= options.kill_at * state.total_steps
         or len(leader.dispatched) >= TEAM_KILL_AFTER + 2)), options.timeout_s)
     if mid_dispatch():
-        _kill_worker(run, leader.worker, f"the team leader {TEAM_LEADER}, mid-dispatch: "
+        _kill_worker(run, leader.worker, TEAM_LEADER,
+                     f"the team leader {TEAM_LEADER}, mid-dispatch: "
                      f"{len(leader.dispatched)}/{TEAM_SUBTASKS} sub-tasks dispatched, and")
     else:
         workers = state.workers()
-        _kill_worker(run, workers.most_common(1)[0][0] if workers else "worker-1",
+        _kill_worker(run, workers.most_common(1)[0][0] if workers else "worker-1", None,
                      "NOT the team leader (it finished before being mid-dispatch at the "
                      "kill), but")
 
 
-def _kill_worker(run: DemoRun, target: str, hosting: str) -> None:
+def _kill_worker(run: DemoRun, target: str, named: str | None, hosting: str) -> None:
+    """SIGKILL of ``target``. Its victims: ``named`` (the agent the line names) first, then
+    every agent the demo saw busy on it; the report proves from the log which of them
+    really died mid-task."""
     state = run.state
     service = next((s for s in run.services if s.args[2:3] == [target]), run.services[0])
     now = utc_now()
     for agent in state.agents.values():
         if agent.worker == target:
             run.fault_times.setdefault(agent.agent_id, []).append(now)
+    busy = [a for a in state.agents if a != named and state.busy(a)
+            and state.agents[a].worker == target]
     service.kill()
     run.killed_worker = target
-    busy = state.workers().get(target, 0)
-    state.faults.append(f"SIGKILL {service.name} ({target}, hosting {hosting} {busy} busy "
-                        f"fleet agents) at {_clock()}, {state.steps_done}/{state.total_steps} "
-                        f"steps done")
+    fleet = state.workers().get(target, 0)
+    _record(run, Fault(WORKER_SIGKILL, f"SIGKILL {service.name} ({target}, hosting {hosting} "
+                                       f"{fleet} busy fleet agents) at {_clock()}, "
+                                       f"{state.steps_done}/{state.total_steps} steps done",
+                       now, "worker_lost", (*([named] if named else []), *busy)))
 
 
 async def _kill_busy_child(run: DemoRun, client: Client, options: DemoOptions) -> None:
-    """``agent.kill`` of a sub-agent of the team that is working now on the live worker.
-    Not a second SIGKILL: with two runtime managers only one is left after the first, and
+    """``agent.kill`` of a sub-agent of the team that is working now on the live worker:
+    the one with the fewest steps done, so that the kill lands before it finishes. Not a
+    second SIGKILL: with two runtime managers only one is left after the first, and
     restarting the killed one and waiting for the group takes longer than the team's
     remaining work."""
     state = run.state
     leader = state.agents[TEAM_LEADER]
 
     def busy_child() -> str | None:
-        return next((c for c in leader.dispatched if state.busy(c)
-                     and state.agents[c].worker not in ("", run.killed_worker)), None)
+        busy = [c for c in leader.dispatched if state.busy(c)
+                and state.agents[c].worker not in ("", run.killed_worker)]
+        return min(busy, key=lambda c: state.agents[c].steps, default=None)
 
     await _until(lambda: busy_child() is not None or leader.tasks_done > 0, options.timeout_s,
                  poll_s=0.02)
     child = busy_child()
     if child is None:
-        state.faults.append(f"no busy sub-agent of {TEAM_LEADER} found on a live worker: "
-                            f"none killed")
+        _record(run, Fault(AGENT_KILL, f"no busy sub-agent of {TEAM_LEADER} found on a live "
+                                       f"worker: none killed", utc_now(), "killed", (),
+                           injected=False))
         return
-    run.fault_times.setdefault(child, []).append(utc_now())
-    state.faults.append(f"sub-agent {child} killed mid-task on {state.agents[child].worker} "
-                        f"(ares agents kill; not a second SIGKILL: one runtime manager is "
-                        f"left) at {_clock()}")
-    with contextlib.suppress(Exception):  # it may just have finished
-        await client.command("agent.kill", child)
+    await _kill_agent(run, client, child,
+                      f"sub-agent {child} killed mid-task on {state.agents[child].worker} "
+                      f"(ares agents kill; not a second SIGKILL: one runtime manager is left)")
 
 
-def _busy_agent(state: FleetState) -> str | None:
-    busy = [a for a in state.agents.values()
-            if a.kind == "example.pipeline" and a.status == "running" and a.tasks_done == 0]
-    return busy[0].agent_id if busy else None
+async def _kill_busy_pipeline(run: DemoRun, client: Client) -> None:
+    """``agent.kill`` of the busy pipeline agent with the most steps left, on a live
+    worker: an agent of the killed worker that is not resurrected yet would get the kill
+    only after its takeover, where it meets the next incarnation or nothing."""
+    busy = [a for a in run.state.agents.values()
+            if a.kind == "example.pipeline" and a.status == "running" and a.tasks_done == 0
+            and a.worker not in ("", run.killed_worker)]
+    if not busy:
+        _record(run, Fault(AGENT_KILL, "no busy pipeline agent found on a live worker: none "
+                                       "killed", utc_now(), "killed", (), injected=False))
+        return
+    victim = min(busy, key=lambda a: a.steps).agent_id
+    await _kill_agent(run, client, victim, f"agent {victim} killed (ares agents kill)")
+
+
+async def _kill_agent(run: DemoRun, client: Client, victim: str, text: str) -> None:
+    """Send ``agent.kill`` and record the fault once the owner answered: a refusal (or no
+    answer) is kept as the fault's, and the report counts it as a fault that missed."""
+    at = utc_now()
+    run.fault_times.setdefault(victim, []).append(at)
+    refused = None
+    try:
+        await client.command("agent.kill", victim)
+    except AresError as exc:  # refused (CommandRejectedError), or no owner answered
+        refused = str(exc)
+    _record(run, Fault(AGENT_KILL, f"{text} at {_clock()}", at, "killed", (victim,),
+                       refused))
+
+
+def _resurrected(run: DemoRun) -> bool:
+    """No agent with work left is still seen on the killed worker."""
+    return not any(a.worker == run.killed_worker and a.status != "done"
+                   for a in run.state.agents.values())
+
+
+def _record(run: DemoRun, fault: Fault) -> None:
+    """A fault injected: kept for the report's proof, and shown in the live view."""
+    run.faults.append(fault)
+    run.state.faults.append(fault.text if fault.refused is None
+                            else f"{fault.text}: REFUSED ({fault.refused})")
 
 
 async def _watch(subscription: Subscription, state: FleetState,
@@ -415,7 +456,7 @@ async def _report(run: DemoRun, options: DemoOptions, ledger: Path) -> DemoRepor
         streams, list(evidence.read_lines(ledger / evidence.LLM_CALLS)),
         list(evidence.read_lines(ledger / evidence.SIDE_EFFECTS)),
         emails_expected=run.emails_expected, fault_times=run.fault_times,
-        faults=run.state.faults, team=(TEAM_LEADER, CALM_LEADER, TEAM_SUBTASKS))
+        faults=run.faults, team=(TEAM_LEADER, CALM_LEADER, TEAM_SUBTASKS))
 
 
 def _service_env(settings: Settings, options: DemoOptions, ledger: Path) -> dict[str, str]:
