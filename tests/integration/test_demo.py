@@ -21,7 +21,8 @@ from tests.support.processes import ares
 
 def test_the_demo_keeps_every_promise(kafka_bootstrap: str, tmp_path: Path) -> None:
     env = {**os.environ, "ARES_KAFKA_BOOTSTRAP": kafka_bootstrap}
-    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "8", "--step-ms", "150",
+    # the demo's own step length: each kill lands mid-task (a miss is a broken promise)
+    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "8", "--step-ms", "250",
                 "--json", "--workdir", str(tmp_path), env=env, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -83,7 +84,7 @@ def test_the_demo_with_ui_ends_in_the_arena(kafka_bootstrap: str, tmp_path: Path
     proc = subprocess.Popen(
         # steps long enough for the kills to land mid-task (a miss exits 1)
         [sys.executable, "-m", "ares", "demo", "--ui", "--agents", "2", "--chats", "0",
-         "--steps", "2", "--step-ms", "150", "--workdir", str(tmp_path)],
+         "--steps", "2", "--step-ms", "250", "--workdir", str(tmp_path)],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None

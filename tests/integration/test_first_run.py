@@ -61,7 +61,8 @@ def _ok(done: object, layout: dev_kafka.KafkaLayout) -> str:
 @pytest.mark.timeout(600)
 def test_the_demo_passes_on_a_broker_formatted_a_moment_ago(
         fresh_broker: dev_kafka.KafkaLayout, tmp_path: Path) -> None:
-    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "5", "--step-ms", "150",
+    # the demo's own step length: each kill lands mid-task (a miss is a broken promise)
+    done = ares("demo", "--agents", "6", "--chats", "1", "--steps", "8", "--step-ms", "250",
                 "--json", "--workdir", str(tmp_path), env=_env(fresh_broker), timeout=500)
     report = json.loads(_ok(done, fresh_broker))
     assert report["promises_kept"] is True, report["broken_promises"]
@@ -69,7 +70,8 @@ def test_the_demo_passes_on_a_broker_formatted_a_moment_ago(
     # and a distiller each)
     assert report["tasks_completed"] == report["tasks_assigned"] == 6 + 1 + 3 + 2 * (1 + 8 + 1)
     assert report["team"]["llm_steps_repaid"] == []
-    assert any(fault.startswith("SIGKILL runtime-manager") for fault in report["faults"])
+    sigkill = report["fault_evidence"][0]
+    assert (sigkill["kind"], sigkill["hit"]) == ("worker_sigkill", True)
 
 
 @pytest.mark.timeout(600)
