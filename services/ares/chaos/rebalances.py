@@ -16,7 +16,7 @@ after its heal. Pure but for ``read_group_log``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +28,8 @@ from ares.chaos.faults import BROKER, NETWORK, PROCESS, RUNTIME_MANAGER, FaultKi
 _STAMP = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]"
 _STABILIZED = re.compile(_STAMP + r".*Stabilized group (\S+) generation (\d+) with (\d+) members")
 _PREPARING = re.compile(_STAMP + r".*Preparing to rebalance group (\S+) ")
+# A static member (re)joining names its instance id: a fenced worker coming back.
+_JOINING = re.compile(r"Adding new member \S+ with group instance id ([^;\s)]+)")
 _EMPTY = re.compile(_STAMP + r".*Group (\S+) with generation \d+ is now empty")
 # After its heal, how long a fault is charged at most while the group is not whole again.
 SETTLE_CAP_S = 60.0
@@ -43,6 +45,7 @@ class GroupEvent:
     at: float  # epoch seconds
     generation: int | None
     members: int = 0
+    joining: str = ""  # the instance id a rebalance starts for, when it is a (re)join
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,10 @@ def parse_group_log(lines: Iterable[str], group: str) -> list[GroupEvent]:
     for line in lines:
         if (m := _STABILIZED.match(line)) and m[2] == group:
             events.append(GroupEvent(_epoch(m[1]), int(m[3]), int(m[4])))
-        elif ((m := _PREPARING.match(line)) or (m := _EMPTY.match(line))) and m[2] == group:
+        elif (m := _PREPARING.match(line)) and m[2] == group:
+            joining = _JOINING.search(line)
+            events.append(GroupEvent(_epoch(m[1]), None, joining=joining[1] if joining else ""))
+        elif (m := _EMPTY.match(line)) and m[2] == group:
             events.append(GroupEvent(_epoch(m[1]), None))
     return events
 
@@ -120,11 +126,15 @@ class Charge:
     strike: Strike
     rebalances: int  # generations stabilized from its start until the group was whole
     budget: int  # what the faults overlapping that window may cost (FENCE_AND_RETURN)
+    # Times the victim worker (re)joined in that window: 1 when fenced (or killed) and
+    # back once; more is the victim itself thrashed. None for a fault on no one worker.
+    victim_joins: int | None = None
 
 
-def charge(strikes: Sequence[Strike], events: Sequence[GroupEvent],
-           members: int) -> list[Charge]:
-    """Each worker fault's rebalances and the budget of the faults that overlap it."""
+def charge(strikes: Sequence[Strike], events: Sequence[GroupEvent], members: int,
+           instances: Mapping[str, str] | None = None) -> list[Charge]:
+    """Each worker fault's rebalances and the budget of the faults that overlap it;
+    ``instances`` (service name -> group instance id) names each victim's rejoins."""
     windows = [(s, s.started, whole_again(events, s.healed, members)) for s in strikes]
     charges = []
     for strike, start, end in windows:
@@ -135,18 +145,25 @@ def charge(strikes: Sequence[Strike], events: Sequence[GroupEvent],
         budget = sum(FENCE_AND_RETURN * (members if s.on_brokers or s.kind is
                                          FaultKind.BROKER_SLOW else 1)
                      for s in overlapping if s.on_worker or s.on_brokers)
-        charges.append(Charge(strike, count, budget))
+        instance = (instances or {}).get(strike.target)
+        joins = None if not instance else sum(
+            1 for e in events if e.joining == instance and start <= e.at <= end)
+        charges.append(Charge(strike, count, budget, joins))
     return charges
 
 
 def per_kind(charges: Sequence[Charge]) -> dict[str, dict[str, int]]:
-    """``rebalances_per_worker_fault``: per kind, the faults, their rebalances, the most."""
+    """``rebalances_per_worker_fault``: per kind, the faults, their rebalances, the most
+    for one, and the most times one fault's victim joined again (``max_victim_joins``: 1
+    is fenced and back once)."""
     out: dict[str, dict[str, int]] = {}
     for c in charges:
-        row = out.setdefault(str(c.strike.kind), {"faults": 0, "rebalances": 0, "max": 0})
+        row = out.setdefault(str(c.strike.kind), {"faults": 0, "rebalances": 0, "max": 0,
+                                                  "max_victim_joins": 0})
         row["faults"] += 1
         row["rebalances"] += c.rebalances
         row["max"] = max(row["max"], c.rebalances)
+        row["max_victim_joins"] = max(row["max_victim_joins"], c.victim_joins or 0)
     return out
 
 
@@ -164,5 +181,11 @@ def to_json(charges: Sequence[Charge], events: Sequence[GroupEvent], since: floa
     rebalances = sum(1 for e in events if e.generation is not None and since <= e.at <= until)
     return {"rebalances_during_run": rebalances,
             "per_fault": [{"index": c.strike.index, "kind": str(c.strike.kind),
-                           "target": c.strike.target, "rebalances": c.rebalances,
-                           "budget": c.budget} for c in charges]}
+                           "target": c.strike.target, "started": _iso(c.strike.started),
+                           "healed": _iso(c.strike.healed), "rebalances": c.rebalances,
+                           "budget": c.budget, "victim_joins": c.victim_joins}
+                          for c in charges]}
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch).isoformat(timespec="milliseconds")

@@ -127,6 +127,12 @@ def available_services() -> list[str]:
     return list(SUPPORTING_SERVICES)
 
 
+def _instance_id(spec: ServiceSpec) -> str:
+    """A runtime manager's ``--instance-id`` (its static member id in the group)."""
+    args = spec.args
+    return args[args.index("--instance-id") + 1] if "--instance-id" in args else ""
+
+
 def _specs(options: ChaosOptions, optional: list[str]) -> list[ServiceSpec]:
     # `ares run`'s own defaults (session, heartbeats, the health checker's lost-worker
     # removal): the run proves what users get, not a tuning of its own.
@@ -273,7 +279,9 @@ async def _judge(cluster: ChaosCluster, options: ChaosOptions, report: ChaosRepo
     report.hanging = await find_hanging(cluster.bootstrap, cluster.node_ids)
     events = await asyncio.to_thread(rebalances.read_group_log,
                                      [node.log_file for node in cluster.kafka.nodes], group)
-    charges = rebalances.charge(strikes, events, options.runtime_managers)
+    charges = rebalances.charge(strikes, events, options.runtime_managers,
+                                {spec.name: instance for spec in cluster.specs
+                                 if (instance := _instance_id(spec))})
     report.rebalances_per_worker_fault = rebalances.per_kind(charges)
     report.rebalances = rebalances.to_json(charges, events, load_started, time.time())
     return rebalances.storms(charges)

@@ -124,9 +124,11 @@ def _print(report: ChaosReport) -> None:
                f"{f', {len(hanging.failures)} broker(s) not checked' if hanging.failures else ''}"
                f" ({len(hanging.commands)} broker(s) asked)")
     click.echo(f"rebalances: {report.rebalances.get('rebalances_during_run', 0)} during the "
-               "run; per worker fault (faults, rebalances, most for one):")
+               "run; per worker fault (faults, rebalances, most for one, most rejoins of "
+               "one victim):")
     for name, row in report.rebalances_per_worker_fault.items():
-        click.echo(f"  {name:<16} {row['faults']:>4} {row['rebalances']:>5} {row['max']:>4}")
+        click.echo(f"  {name:<16} {row['faults']:>4} {row['rebalances']:>5} {row['max']:>4} "
+                   f"{row.get('max_victim_joins', 0):>4}")
     for line in report.unexpected_exits:
         click.echo(f"unexpected exit: {line}")
     if report.violations:

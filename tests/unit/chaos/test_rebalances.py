@@ -43,12 +43,21 @@ def preparing(second: int, generation: int) -> str:
                         "LeaveGroup).")
 
 
+def joining(second: int, generation: int, instance: str) -> str:
+    return line(second, f"Preparing to rebalance group {GROUP} in state PreparingRebalance "
+                        f"with old generation {generation} (reason: Adding new member "
+                        f"{instance}-6893bfd5-7eda-4c1e-9d2a-0f3b2c1d4e5f with group instance "
+                        f"id {instance}; client reason: not provided).")
+
+
 def test_the_coordinator_lines_of_the_group_are_its_rebalances() -> None:
     lines = [preparing(1, 4), stabilized(2, 5, 2), stabilized(3, 9, 1, group="other"),
              line(4, f"Group {GROUP} with generation 5 is now empty."),
-             line(5, f"Assignment received from leader x for group {GROUP} for generation 5.")]
+             line(5, f"Assignment received from leader x for group {GROUP} for generation 5."),
+             joining(6, 5, "chaos-rm-2")]
     assert parse_group_log(lines, GROUP) == [
-        GroupEvent(at(1), None), GroupEvent(at(2), 5, 2), GroupEvent(at(4), None)]
+        GroupEvent(at(1), None), GroupEvent(at(2), 5, 2), GroupEvent(at(4), None),
+        GroupEvent(at(6), None, joining="chaos-rm-2")]
 
 
 def test_a_generation_two_brokers_logged_counts_once(tmp_path: Path) -> None:
@@ -73,21 +82,26 @@ def strike(index: int, kind: FaultKind, target: str, start: int, heal: int) -> S
 
 def test_a_paused_worker_fenced_and_back_costs_two_rebalances() -> None:
     events = merge([GroupEvent(at(0), 5, 3), GroupEvent(at(2), None), GroupEvent(at(2), 6, 2),
-                    GroupEvent(at(8), None), GroupEvent(at(9), 7, 3)])
+                    GroupEvent(at(8), None, joining="chaos-rm-2"), GroupEvent(at(9), 7, 3)])
     pause = strike(1, FaultKind.SIGSTOP, "runtime-manager-2", 1, 7)
     other = strike(2, FaultKind.SIGKILL, "health-checker", 1, 3)  # not a worker fault
-    [charged] = charge([pause, other], events, members=3)
+    [charged] = charge([pause, other], events, members=3,
+                       instances={"runtime-manager-2": "chaos-rm-2"})
     assert (charged.strike, charged.rebalances, charged.budget) == (pause, 2, 2)
+    assert charged.victim_joins == 1  # fenced, and back once
     assert storms([charged]) == []
-    assert per_kind([charged]) == {"sigstop": {"faults": 1, "rebalances": 2, "max": 2}}
+    assert per_kind([charged]) == {"sigstop": {"faults": 1, "rebalances": 2, "max": 2,
+                                               "max_victim_joins": 1}}
 
 
 def test_a_worker_removed_and_back_again_and_again_is_a_storm() -> None:
     generations = [GroupEvent(at(s), g, 2 if g % 2 else 3)
                    for g, s in enumerate(range(2, 12, 2), start=6)]
+    back = [GroupEvent(at(s), None, joining="chaos-rm-1") for s in (3, 7)]
     slow = strike(3, FaultKind.NET_LATENCY, "runtime-manager-1", 1, 9)
-    [charged] = charge([slow], merge([GroupEvent(at(0), 5, 3), *generations]), members=3)
-    assert (charged.rebalances, charged.budget) == (5, 2)
+    [charged] = charge([slow], merge([GroupEvent(at(0), 5, 3), *generations, *back]),
+                       members=3, instances={"runtime-manager-1": "chaos-rm-1"})
+    assert (charged.rebalances, charged.budget, charged.victim_joins) == (5, 2, 2)
     assert storms([charged]) == [
         "rebalance_storm: fault #3 net_latency on runtime-manager-1: 5 rebalances from its "
         "start until the group was whole again, more than the 2 the faults overlapping it "
@@ -100,8 +114,11 @@ def test_overlapping_faults_share_the_window_and_widen_the_budget() -> None:
     faults = [strike(1, FaultKind.SIGKILL, "runtime-manager-1", 2, 3),
               strike(2, FaultKind.SIGSTOP, "runtime-manager-2", 2, 5),
               strike(3, FaultKind.BROKER_SLOW, "node-1", 4, 6)]
-    charges = charge(faults, events, members=3)
+    charges = charge(faults, events, members=3,
+                     instances={"runtime-manager-1": "chaos-rm-1"})
     # A slow broker slows every worker: it may fence and readmit each of the three.
     assert [(c.rebalances, c.budget) for c in charges] == [(1, 4), (3, 10), (3, 8)]
+    assert [c.victim_joins for c in charges] == [0, None, None]  # rm-2: no id given
     assert storms(charges) == []
-    assert per_kind(charges)["broker_slow"] == {"faults": 1, "rebalances": 3, "max": 3}
+    assert per_kind(charges)["broker_slow"] == {"faults": 1, "rebalances": 3, "max": 3,
+                                                "max_victim_joins": 0}
