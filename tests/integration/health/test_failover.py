@@ -23,16 +23,20 @@ from prometheus_client import CollectorRegistry
 from ares.client import Client
 from ares.config import Settings
 from ares.events.chain import verify_chain
+from ares.events.kafka.routing import partition_for
 from ares.events.model import Event
 from ares.health_checker.config import HealthConfig
 from ares.health_checker.service import HealthChecker, wait_ready
-from ares.topics import TopicPlan
+from ares.topics import EVENTS, TopicPlan
 from tests.support.kafka import applied_topics
 from tests.support.workers import (
+    appended_by,
+    busy_then_moved,
     epoch,
     group_view,
     has,
     host_of,
+    refused_steps,
     wait_fleet,
     wait_group,
     workers,
@@ -111,8 +115,8 @@ async def test_the_checker_removes_a_killed_worker_and_its_agents_resume(
         await start_fleet(settings, topics, agents, {"steps": 12, "step_ms": 500})
         before = await wait_fleet(settings, topics, agents, has("llm.call"), 60, "working")
         orphans = [a for a in agents if host_of(before[a]) == victim_id]
-        busy = [a for a in orphans if not has("task.completed")(list(before[a]))]
-        assert busy, "the victim hosts busy agents"
+        assert [a for a in orphans if not has("task.completed")(list(before[a]))], \
+            "the victim hosts busy agents"
         victim = procs[victim_id]
         assert victim.proc.poll() is None  # alive until the kill
         members_before = (await group_view(settings)).client_ids
@@ -139,6 +143,12 @@ async def test_the_checker_removes_a_killed_worker_and_its_agents_resume(
         assert back[0].payload["incarnation"] == 2, agent  # a second incarnation ran
         dead = [e for e in events if e.type == "agent.dead"]
         assert [d.payload["cause"] for d in dead] == ["worker_lost"], agent
+    # The kill hit work that moved: orphans mid-task at the kill (a step recorded by
+    # incarnation 1) were finished by incarnation 2; any other had finished before it.
+    busy = [a for a in orphans if busy_then_moved(resumed[a])]
+    assert busy, "no orphan was mid-task at the kill: the fault hit no work"
+    assert all(appended_by(resumed[a], "task.completed") == [1]
+               for a in orphans if a not in busy)
     assert_streams_intact(resumed, orphans)
     resumed_after = sorted(
         epoch(next(e for e in resumed[a] if e.type == "agent.resurrected").timestamp)
@@ -162,6 +172,7 @@ async def test_a_paused_worker_removed_by_the_checker_is_fenced(
         captured = [a for a in agents if host_of(before[a]) == zombie_id]
         assert captured
         zombie = procs[zombie_id]
+        assert zombie.proc.poll() is None, "the zombie was alive before the pause"
         paused_at = zombie.pause()
         how, _ = await until_removed(checker, zombie_id)
         moved = await wait_fleet(
@@ -175,9 +186,24 @@ async def test_a_paused_worker_removed_by_the_checker_is_fenced(
                                  "done with their task")
         await wait_group(settings, topics, members=2)  # the zombie rejoined, as a new member
         assert zombie.proc.poll() is None
+        zombie_log = zombie.log_text()
 
     assert how == "static"
     assert_streams_intact(fleet, agents)
+    # The pause hit work that moved: captured agents mid-task (a step recorded under the
+    # zombie) were finished by a later incarnation; any other had finished before it.
+    busy = [a for a in captured if busy_then_moved(fleet[a])]
+    assert busy, "no captured agent was mid-task at the pause: the fault hit no work"
+    assert all(appended_by(fleet[a], "task.completed") == [1]
+               for a in captured if a not in busy)
+    # The zombie's writes were refused: a writer of its partitions reported the fence, and
+    # the steps its busy agents executed after SIGCONT are in the log only as another
+    # incarnation recorded them.
+    fenced = {p for p in range(PARTITIONS) if f"writer of {topics.name(EVENTS)}/{p} fenced: "
+              "a newer owner took over" in zombie_log}
+    assert fenced & {partition_for(a, PARTITIONS) for a in busy}, fenced
+    refused = {a: refused_steps(fleet, tmp_path / "ledger", a, incarnation=1) for a in busy}
+    assert [a for a, steps in refused.items() if not steps] == [], refused
     for agent in captured:
         events = fleet[agent]
         newest = events[takeover[agent] - 1].payload["incarnation"]
