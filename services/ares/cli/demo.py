@@ -68,7 +68,9 @@ def demo(ctx: click.Context, agents: int, chats: int, steps: int, step_ms: int,
     Two runtime managers run as real processes on a real Kafka broker (started with
     `ares dev up` when none is configured). The report checks every promise from outside
     the runtime: every task completed, no completed step executed twice, each e-mail sent
-    once, every hash chain intact. Exit code 1 when a promise was broken.
+    once, every hash chain intact, and each fault it injected proven to have hit busy work
+    (its victim mid-task at the death it caused, a later incarnation finishing the task).
+    Exit code 1 when a promise was broken, a missed fault included.
 
     With --ui the demo ends in the arena: the replay reader serves the dashboard (/ui/:
     the fleet live, each agent's replay step by step, Kill and Stop; Crash worker, the
