@@ -1,6 +1,7 @@
 """Budget keeper throughput: usage records folded per second, as at a restart.
 
-Run alone: ``python bench/budgets.py [--records N] [--tenants T] [--partitions P] [--json]``.
+Run alone: ``python bench/budgets.py [--records N] [--tenants T] [--partitions P]
+[--release-rounds R] [--release-waiters W] [--json]``.
 
 ``--records`` usage records of ``--tenants`` tenants (stamped now, JSON as the runtime's
 telemetry writes them) are produced to an ``ares.usage`` of the run's own topics first.
@@ -9,6 +10,9 @@ starts and re-reads them: from its start until every partition is caught up (``r
 it decodes, validates, deduplicates and folds each record: records/s is its recovery
 throughput, and also the most usage a keeper follows live. Ceiling: a raw aiokafka
 consumer reading the same records and ``json.loads``-ing each value.
+
+Part ``budgets.release`` (bench/budget_release.py): calls held by an exhausted budget, the
+tenant's limit raised: how soon each goes, against a raw read of the same limits record.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ares.topics import USAGE, apply_topics, delete_topics
 if __package__ in (None, ""):  # python bench/budgets.py: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.budget_release import release
 from bench.harness import (
     Section,
     Stopwatch,
@@ -46,7 +51,8 @@ RAW_IDLE_S = 60.0  # the broker answered nothing new this long: the records are 
 
 
 async def run(settings: Settings, records: int = 200_000, tenants: int = 1000,
-              partitions: int = 4) -> Section:
+              partitions: int = 4, release_rounds: int = 5,
+              release_waiters: int = 50) -> Section:
     settings = bench_settings(settings)
     plan = bench_plan(settings, partitions)
     await apply_topics(plan, settings)
@@ -55,11 +61,19 @@ async def run(settings: Settings, records: int = 200_000, tenants: int = 1000,
         await _produce(settings, topic, records, tenants)
         ceiling = await _raw(settings, topic, partitions, records)
         ours = await _keeper(settings, plan, records)
+        held, raw_trip = await release(settings, plan, rounds=release_rounds,
+                                       waiters=release_waiters)
     finally:
         await delete_topics(plan, settings)
-    return section("budget keeper: usage records folded (a restart's re-read)",
-                   "events_per_s", ours, ceiling, records=records, tenants=tenants,
-                   partitions=partitions)
+    report = section("budget keeper: usage records folded (a restart's re-read)",
+                     "events_per_s", ours, ceiling, records=records, tenants=tenants,
+                     partitions=partitions)
+    report["parts"] = {"release": section(
+        "budgets.release", "p99_ms", held, raw_trip, higher_is_better=False,
+        what="calls held by an exhausted budget: the raised limit written -> each call let "
+             "through by the runtime's view; ceiling: the same limits record produced -> "
+             "read by a raw consumer")}
+    return report
 
 
 async def _produce(settings: Settings, topic: str, records: int, tenants: int) -> None:
@@ -130,6 +144,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--release-rounds", type=int, default=5,
+                        help="rounds of the release part (a tenant over, its limit raised)")
+    parser.add_argument("--release-waiters", type=int, default=50,
+                        help="calls held in each round")
 
 
 if __name__ == "__main__":

@@ -254,8 +254,13 @@ async def test_tokens_bench_publishes_every_delta_and_usage_record_next_to_a_raw
 
 async def test_budgets_bench_folds_every_usage_record_next_to_a_raw_consumer(
         settings: Settings) -> None:
-    report = await budgets.run(settings, records=300, tenants=7, partitions=PARTITIONS)
+    report = await budgets.run(settings, records=300, tenants=7, partitions=PARTITIONS,
+                               release_rounds=2, release_waiters=5)
 
     assert_section(report, "budget keeper: usage records folded (a restart's re-read)")
     assert report["ours"]["events"] == report["ceiling"]["events"] == 300
+    release = report["parts"]["release"]
+    assert_section(release, "budgets.release")
+    assert release["ours"]["samples"] == 2 * 5  # every held call let through, each round
+    assert release["ceiling"]["samples"] == 2
     assert await bench_topics_left(settings) == []
