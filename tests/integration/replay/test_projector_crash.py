@@ -129,6 +129,7 @@ async def test_a_killed_projector_resumes_exactly_where_its_last_commit_left(
     env = env_of(settings, schema, ARES_LOG_LEVEL="warning")
     with service("replay-reader", env, tmp_path, "--http-port", "0") as first:
         midway = await wait_for(dsn, schema, lambda n: n >= TOTAL // 5, 120)
+        assert first.poll() is None, "the projector was alive before the kill"
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     assert midway < TOTAL, "the projector finished before it could be killed mid-way"

@@ -306,6 +306,7 @@ async def test_snapshot_plus_tail_recovers_what_a_full_replay_recovers(
             await run_counters(ri_settings, plan, counters, tasks=10)
         await wait_fleet(ri_settings, plan, pipelines, has("snapshot.taken", 2), 60,
                          "snapshotted twice mid-task")
+        assert procs["w-tail"].proc.poll() is None, "the worker was alive before the kill"
         procs["w-tail"].kill()  # a crash: no hand-off, no final snapshot
 
     scanner = await PartitionScanner.open(ri_settings)
@@ -318,7 +319,9 @@ async def test_snapshot_plus_tail_recovers_what_a_full_replay_recovers(
     with_snapshots = await recovered_states(ri_settings, plan, agents)
     for agent in agents:  # a snapshot and a tail after it, for every agent
         assert 0 < snapshots[agent].version < with_snapshots[agent]["version"], agent
-    for agent in pipelines:  # the open task's journal begins before the snapshot
+    # The pipelines were mid-task at the kill: their open task's journal begins before
+    # the snapshot.
+    for agent in pipelines:
         journal_from = with_snapshots[agent]["journal_from"]
         assert journal_from is not None
         assert journal_from < snapshots[agent].events_offset
