@@ -97,8 +97,9 @@ def test_group_and_transactional_id_names_are_the_ones_the_code_uses(
     feed = Feed(settings, topics, HealthState(HealthConfig(),
                                               HealthMetrics(CollectorRegistry())), 60.0)
     assert feed.group_id in names(topics, "health-checker", GROUP, READ)
-    for service in ("health-checker", "compactor"):
-        assert names(topics, service, GROUP, "DESCRIBE") == {runtime_group(settings)}
+    assert names(topics, "compactor", GROUP, "DESCRIBE") == {runtime_group(settings)}
+    # Read on the runtime group: removing a lost worker is a LeaveGroup (Read, KIP-231)
+    assert runtime_group(settings) in names(topics, "health-checker", GROUP, READ)
 
 
 async def test_the_compactors_transactional_id_is_its_summary_writers(
@@ -128,7 +129,8 @@ def test_optional_features_add_their_rows_only_when_asked(topics: TopicPlan) -> 
     assert topics.name(COMMANDS) in names(topics, "replay-reader", TOPIC, WRITE,
                                           ("api-writes",))
     assert names(topics, "health-checker", GROUP, READ, ("webhook",)) == {
-        f"{PREFIX}ares-health-checker", f"{PREFIX}ares-alert-webhook"}
+        f"{PREFIX}ares-health-checker", f"{PREFIX}ares-alert-webhook", f"{PREFIX}ares-runtime"}
+    assert f"{PREFIX}ares-alert-webhook" not in names(topics, "health-checker", GROUP, READ)
 
 
 def test_legacy_idempotence_adds_idempotent_write_for_idempotent_producers(

@@ -169,8 +169,11 @@ SERVICES: dict[str, ServiceNeeds] = {s.name: s for s in (
         _topic(ALERTS, READ, WRITE,
                why="its own alerts of the lookback window (no group); alerts out"),
         *_client(who="agent.declare_dead, agent.quarantine: "),
-        Need(GROUP, "{prefix}ares-runtime", (DESCRIBE,),
-             "whether the owners' group is rebalancing, and its members"),
+        # Read, not Describe: removing a lost worker is a LeaveGroup on its behalf, which
+        # Kafka authorizes as Read on the group (KIP-231's table); on by default.
+        Need(GROUP, "{prefix}ares-runtime", (READ,),
+             "whether the owners' group is rebalancing, and its members; a lost worker "
+             "removed from it (LeaveGroup: --remove-lost-workers)"),
         *_dead_letters("health-checker", "unreadable heartbeats"),
         Need(GROUP, "{prefix}ares-alert-webhook", (READ,),
              "the webhook forwarder's group on ares.alerts", feature="webhook"),
