@@ -56,6 +56,7 @@ class _Producer:
         self.answers = answers
         self.aborts = 0
         self.commits = 0
+        self.committing = asyncio.Event()
 
     def create_batch(self) -> BatchBuilder:
         return BatchBuilder(1 << 20, 0, is_transactional=True)
@@ -70,6 +71,7 @@ class _Producer:
 
     async def commit_transaction(self) -> None:
         self.commits += 1
+        self.committing.set()
         if not self.answers:
             await asyncio.Event().wait()  # aiokafka retrying an unanswered EndTxn
         if self.commit_error is not None:
@@ -125,3 +127,18 @@ async def test_a_refused_commit_is_aborted_and_the_writer_goes_on() -> None:
     assert producer.commits == 2  # the second append ran a transaction of its own
     assert producer.aborts == 2
     assert not isinstance(second, FencedError)
+
+
+async def test_a_stop_while_a_commit_waits_is_a_stop_not_a_timeout() -> None:
+    """The watchdog's interruption and a stop's cancellation are told apart."""
+    producer = _Producer(None, answers=False)
+    writer = PartitionWriter(producer, "t", 0, StreamTable(), 1 << 20,
+                             request_timeout_s=3600)
+    writer.start()
+    append = asyncio.ensure_future(
+        writer.append("agent-1", [NewEvent("step.done", "tests", {})], 0))
+    await producer.committing.wait()  # the commit is in flight
+    await writer.stop()
+    with pytest.raises(AresError, match="the partition writer stopped"):
+        await append
+    assert not writer.retired
