@@ -10,7 +10,9 @@ them and tell from an agent's lifecycle events (``worker`` in ``agent.started`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -274,6 +276,27 @@ def refused_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path, agent:
            for line in evidence.read_lines(ledger_dir / evidence.LLM_CALLS)
            if line["agent_id"] == agent and int(line["incarnation"]) == incarnation}
     return sorted(k for k in ran if k in durable and durable[k] != incarnation)
+
+
+def partitions_lost(log_text: str, since: float, events_topic: str) -> dict[int, str]:
+    """What a zombie's log says of each partition it lost after ``since`` (epoch seconds):
+    ``fenced`` (the broker refused its writer's transaction: a newer owner had taken over)
+    or ``expelled`` (the group told it first, and it dropped the partition's agents before
+    they wrote). The first word for each partition."""
+    fenced = re.compile(rf"^writer of {re.escape(events_topic)}/(\d+) fenced")
+    expelled = re.compile(r"^partition (\d+): expelled from the group")
+    lost: dict[int, str] = {}
+    for line in log_text.splitlines():
+        try:
+            doc = json.loads(line)
+            at = datetime.fromisoformat(doc["time"]).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue  # not a log record (a traceback's lines, a partial last line)
+        message = str(doc.get("message", ""))
+        for how, pattern in (("fenced", fenced), ("expelled", expelled)):
+            if at >= since and (found := pattern.match(message)):
+                lost.setdefault(int(found.group(1)), how)
+    return lost
 
 
 def audit_steps(fleet: Mapping[str, Sequence[Event]], ledger_dir: Path,
