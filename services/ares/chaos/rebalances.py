@@ -126,8 +126,9 @@ class Charge:
     strike: Strike
     rebalances: int  # generations stabilized from its start until the group was whole
     budget: int  # what the faults overlapping that window may cost (FENCE_AND_RETURN)
-    # Times the victim worker (re)joined in that window: 1 when fenced (or killed) and
-    # back once; more is the victim itself thrashed. None for a fault on no one worker.
+    # Times the victim worker (re)joined in that window, up to the next fault on it: 1
+    # when fenced (or killed) and back once (2 when the next fault struck before it was
+    # back); more is the victim itself thrashed. None for a fault on no one worker.
     victim_joins: int | None = None
 
 
@@ -146,8 +147,13 @@ def charge(strikes: Sequence[Strike], events: Sequence[GroupEvent], members: int
                                          FaultKind.BROKER_SLOW else 1)
                      for s in overlapping if s.on_worker or s.on_brokers)
         instance = (instances or {}).get(strike.target)
+        # Each join of the victim belongs to the latest fault on it that had started: the
+        # next fault on the same worker (the per-target lock starts it after this heal)
+        # ends this one's share, so back-to-back faults never count one join twice.
+        until = min([end, *(s.started for s in strikes
+                             if s.target == strike.target and s.started > start)])
         joins = None if not instance else sum(
-            1 for e in events if e.joining == instance and start <= e.at <= end)
+            1 for e in events if e.joining == instance and start <= e.at < until)
         charges.append(Charge(strike, count, budget, joins))
     return charges
 

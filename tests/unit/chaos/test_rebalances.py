@@ -122,3 +122,17 @@ def test_overlapping_faults_share_the_window_and_widen_the_budget() -> None:
     assert storms(charges) == []
     assert per_kind(charges)["broker_slow"] == {"faults": 1, "rebalances": 3, "max": 3,
                                                 "max_victim_joins": 0}
+
+
+def test_back_to_back_faults_on_one_worker_share_its_joins_without_counting_twice() -> None:
+    events = merge([GroupEvent(at(0), 5, 3), GroupEvent(at(3), None, joining="chaos-rm-3"),
+                    GroupEvent(at(4), 6, 2), GroupEvent(at(7), None, joining="chaos-rm-3"),
+                    GroupEvent(at(8), 7, 2), GroupEvent(at(30), 8, 3)])
+    pause = strike(1, FaultKind.SIGSTOP, "runtime-manager-3", 1, 5)
+    cut = strike(2, FaultKind.NET_PARTITION, "runtime-manager-3", 5, 9)
+    charges = charge([pause, cut], events, members=3,
+                     instances={"runtime-manager-3": "chaos-rm-3"})
+    # The pause's window runs until the group is whole (at 30 s) and takes in the second
+    # fault's join; each join counts for the fault on the worker when it came.
+    assert [c.victim_joins for c in charges] == [1, 1]
+    assert [c.rebalances for c in charges] == [3, 2]
