@@ -249,6 +249,11 @@ def incarnations_of(events: Sequence[Event]) -> list[tuple[int, Event]]:
     return out
 
 
+def of_type(events: Sequence[Event], event_type: str) -> list[Event]:
+    """The ``event_type`` events of ``events``, in log order."""
+    return [e for e in events if e.type == event_type]
+
+
 def appended_by(events: Sequence[Event], event_type: str) -> list[int]:
     """The incarnation that appended each ``event_type`` event, in log order."""
     return [i for i, e in incarnations_of(events) if e.type == event_type]

@@ -26,7 +26,15 @@ from ares.lifecycle import events as ev
 from ares.topics import TopicPlan
 from tests.support.kafka import applied_topics
 from tests.support.llm_servers import OpenAIProtocolServer
-from tests.support.workers import fleet_events, has, host_of, wait_fleet, wait_group, workers
+from tests.support.workers import (
+    fleet_events,
+    has,
+    host_of,
+    of_type,
+    wait_fleet,
+    wait_group,
+    workers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +48,6 @@ async def plan(kafka_bootstrap: str) -> AsyncIterator[tuple[Settings, TopicPlan]
                         topic_prefix=f"asst-{uuid.uuid4().hex[:8]}.", request_timeout_s=40.0)
     async with applied_topics(settings, partitions=PARTITIONS) as plan:
         yield settings, plan
-
-
-def of_type(events: Sequence[Event], event_type: str) -> list[Event]:
-    return [e for e in events if e.type == event_type]
 
 
 def email_intents(events: Sequence[Event]) -> list[Event]:

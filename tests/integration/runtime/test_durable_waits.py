@@ -36,6 +36,7 @@ from tests.support.workers import (
     fleet_events,
     has,
     host_of,
+    of_type,
     wait_fleet,
     wait_group,
     workers,
@@ -62,10 +63,6 @@ async def plan(kafka_bootstrap: str) -> AsyncIterator[tuple[Settings, TopicPlan]
 def waits_started(kind: str) -> object:
     return lambda events: any(e.type == "wait.started" and e.payload.get("kind") == kind
                               for e in events)
-
-
-def of_type(events: Sequence[Event], event_type: str) -> list[Event]:
-    return [e for e in events if e.type == event_type]
 
 
 def victim_and_orphans(fleet: dict[str, list[Event]],

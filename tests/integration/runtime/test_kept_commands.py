@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +35,7 @@ from tests.support.workers import (
     fleet_events,
     has,
     host_of,
+    of_type,
     start_worker,
     stop_worker,
     wait_fleet,
@@ -54,10 +55,6 @@ async def plan(kafka_bootstrap: str) -> AsyncIterator[tuple[Settings, TopicPlan]
                         topic_prefix=f"kept-{uuid.uuid4().hex[:8]}.", request_timeout_s=40.0)
     async with applied_topics(settings, partitions=PARTITIONS) as plan:
         yield settings, plan
-
-
-def of_type(events: Sequence[Event], event_type: str) -> list[Event]:
-    return [e for e in events if e.type == event_type]
 
 
 def waits_for_approval(events: list[Event]) -> bool:

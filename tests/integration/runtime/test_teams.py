@@ -37,6 +37,7 @@ from tests.support.workers import (
     has,
     host_of,
     incarnations_of,
+    of_type,
     wait_fleet,
     wait_group,
     workers,
@@ -55,10 +56,6 @@ async def plan(kafka_bootstrap: str) -> AsyncIterator[tuple[Settings, TopicPlan]
                         topic_prefix=f"team-{uuid.uuid4().hex[:8]}.", request_timeout_s=40.0)
     async with applied_topics(settings, partitions=PARTITIONS) as plan:
         yield settings, plan
-
-
-def of_type(events: Sequence[Event], event_type: str) -> list[Event]:
-    return [e for e in events if e.type == event_type]
 
 
 def dispatched(events: Sequence[Event]) -> list[dict[str, object]]:
