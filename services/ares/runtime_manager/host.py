@@ -120,8 +120,10 @@ class AgentHost:
         self.partitions: dict[int, PartitionState] = {}
         self.recoveries: list[RecoveryRecord] = []
         self._background: set[asyncio.Task[Any]] = set()
+        # The owner's scanner (one for the process), kept for the rereads of a single agent
+        # after the takeover (a resurrection's replay). What a takeover alone needs (the
+        # group's members) is passed down its calls: takeovers run concurrently.
         self._scanner: PartitionScanner | None = None
-        self._live_workers: frozenset[str] = frozenset()
         self.hosted_here: set[str] = set()  # agents this process has run
         # The runtime manager dead-letters unreadable snapshots (it reads them at every
         # takeover); set by the service, None in tests that run a bare host.
@@ -146,9 +148,10 @@ class AgentHost:
 
         ``live_workers``: the group's members now. An agent whose last worker is among them
         was handed over by a rebalance (no death); one whose worker is gone died with it.
+        Safe to run for several partitions at once (the owner's parallel takeovers): what
+        is one takeover's own lives in this call, not on the host.
         """
         self._scanner = scanner
-        self._live_workers = live_workers
         started = time.monotonic()
         replays: dict[str, AgentReplay] = {}
         loaded = 0.0
@@ -184,7 +187,7 @@ class AgentHost:
         state = PartitionState(writer)
         self.partitions[partition] = state
         writer.listeners.append(lambda plan, offsets: self._on_commit(partition, plan, offsets))
-        resumes = [supervision.adopt(self, state, replay, table, replay_done)
+        resumes = [supervision.adopt(self, state, replay, table, replay_done, live_workers)
                    for replay in replays.values()]
         await asyncio.gather(*resumes)
         for hosted in state.agents.values():  # what the previous owner did not send

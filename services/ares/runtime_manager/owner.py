@@ -269,6 +269,7 @@ class PartitionOwner:
             # The partitions that stayed go on first: they must not wait for the takeovers
             # (scans) of the ones that arrived.
             arrived = sorted(partitions - set(self._suspended) - set(self.writers))
+            retaken = []
             for partition in sorted(partitions & set(self._suspended)):
                 warm = self._suspended.pop(partition)
                 if not warm.fenced:
@@ -281,9 +282,8 @@ class PartitionOwner:
                 await self.schedules.release(partition)
                 await self._holds.drop(partition)
                 await warm.stop()
-                await self._take_over(partition)
-            for partition in arrived:
-                await self._take_over(partition)
+                retaken.append(partition)
+            await self._take_over_all([*retaken, *arrived])
             log.info("owning partitions %s of %s", sorted(set(partitions) - self._unopened),
                      self.events_topic)
             self._count_partitions()
@@ -298,17 +298,33 @@ class PartitionOwner:
         metrics.OWNED_PARTITIONS.set(len(self.writers))
         metrics.WAITING_PARTITIONS.set(len(self._unopened))
 
-    async def _take_over(self, partition: int) -> None:
+    async def _take_over_all(self, partitions: list[int]) -> None:
+        """Take ``partitions`` over at once, each on its own: most of a takeover waits on
+        the broker (the fence's init_transactions, the snapshots, the scan, the agents'
+        resume appends), so a survivor of a lost worker takes its partitions in about the
+        time of one instead of one after another. The scans queue behind the scanner's
+        lock; each partition's agents resume as soon as its own recovery is done; one that
+        fails is paused and retried without holding its siblings (``_take_over``). The
+        group's members are described once, for all of them."""
+        if not partitions:
+            return
+        live = await self.live_workers()
+        await asyncio.gather(*(self._take_over(partition, live) for partition in partitions))
+
+    async def _take_over(self, partition: int, live: frozenset[str] | None = None) -> None:
         """Open ``partition``'s writer; on failure its commands wait (the partition is
         paused) and it is tried again every ``TAKEOVER_RETRY_S``. One partition that cannot
         be taken over (a hanging transaction it cannot complete waits for an operator) must
-        not keep its siblings on this member from being served."""
+        not keep its siblings on this member from being served. ``live``: the group's
+        members, described by the caller (None: described here)."""
         assert self._scanner is not None
         assert self._consumer is not None
         tp = TopicPartition(self.commands_topic, partition)
+        if live is None:
+            live = await self.live_workers()
         try:
             self.writers[partition] = await self.host.open_partition(
-                partition, self._scanner, await self.live_workers())
+                partition, self._scanner, live)
             crash_points.watch_commits(self.writers[partition].producer, partition)
             await self.schedules.take_over(partition, self.writers[partition], self._scanner)
         except Exception as exc:
@@ -337,9 +353,8 @@ class PartitionOwner:
             assert self._consumer is not None
             assigned = {tp.partition for tp in self._consumer.assignment()}
             self._unopened &= assigned
-            for partition in sorted(self._unopened):
-                if not await self._still_undecided(partition):
-                    await self._take_over(partition)
+            await self._take_over_all([partition for partition in sorted(self._unopened)
+                                       if not await self._still_undecided(partition)])
             self._retry_at = time.monotonic() + TAKEOVER_RETRY_S
             self._count_partitions()
 

@@ -215,8 +215,9 @@ def install(host: AgentHost, state: PartitionState, old: HostedAgent, fresh: Hos
 # -- recovery of a partition ---------------------------------------------------------
 
 async def adopt(host: AgentHost, state: PartitionState, replay: AgentReplay, table: StreamTable,
-                 replay_done: float) -> None:
-    """After the partition scan: verify the stream, host the agent, resume it."""
+                 replay_done: float, live_workers: frozenset[str]) -> None:
+    """After the partition scan: verify the stream, host the agent, resume it.
+    ``live_workers``: the group's members as the takeover found them."""
     failure = replay.finish(table.head(replay.stream_id))
     discarded = None
     if failure is not None and failure.discard_snapshot:
@@ -246,7 +247,8 @@ async def adopt(host: AgentHost, state: PartitionState, replay: AgentReplay, tab
     resume_started = time.monotonic()
     record = replay.record(replay_done, discarded=discarded)
     try:
-        await resume_after_recovery(host, state, hosted, record, resume_started)
+        await resume_after_recovery(host, state, hosted, record, resume_started,
+                                    live_workers)
     except (FencedError, asyncio.CancelledError):
         return
 
@@ -263,7 +265,8 @@ async def rescan(host: AgentHost, replay: AgentReplay, snapshot: Snapshot | None
     return fresh, fresh.finish(table.head(replay.stream_id))
 
 async def resume_after_recovery(host: AgentHost, state: PartitionState, hosted: HostedAgent,
-                                 record: RecoveryRecord, resume_started: float) -> None:
+                                 record: RecoveryRecord, resume_started: float,
+                                 live_workers: frozenset[str]) -> None:
     life = hosted.lifecycle
     if life.status is lc.Status.STARTING:  # resumed by an operator, not started yet
         await host.append_events(state, hosted, [NewEvent(lc.AGENT_STARTED, MODULE, {
@@ -271,7 +274,7 @@ async def resume_after_recovery(host: AgentHost, state: PartitionState, hosted: 
             "incarnation": life.incarnation + 1, "worker": host.worker_id})])
         return
     moved = life.worker is not None and (
-        life.worker in host._live_workers and not (
+        life.worker in live_workers and not (
             life.worker == host.worker_id and hosted.agent_id not in host.hosted_here))
     if life.last_event_type == ev.AGENT_HANDED_OFF or (life.status is lc.Status.RUNNING and moved):
         before: list[NewEvent] = []  # its worker is alive: handed over, not dead

@@ -64,7 +64,9 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
 class PartitionScanner:
     """Scans ranges of partitions up to their last stable offset (LSO).
 
-    One consumer, one scan at a time (a lock): scans re-assign the consumer.
+    One consumer, one scan at a time (a lock): scans re-assign the consumer. Concurrent
+    callers (parallel partition takeovers) are safe: their scans queue behind the lock, and
+    the offset look-ups, which need no assignment, do not wait for them.
     """
 
     def __init__(self, consumer: AIOKafkaConsumer, settings: Settings | None = None) -> None:
@@ -72,6 +74,9 @@ class PartitionScanner:
         self._settings = settings or Settings()
         self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
+        # Concurrent takeovers ask for high watermarks at once: one opens the consumer,
+        # the others wait for it rather than use it before it started (or open another).
+        self._uncommitted_lock = asyncio.Lock()
         self.undecodable = 0
 
     @classmethod
@@ -95,9 +100,11 @@ class PartitionScanner:
 
     async def high_watermark(self, tp: TopicPartition) -> int:
         """The end of the log, committed or not (a read_uncommitted view)."""
-        if self._uncommitted is None:
-            self._uncommitted = new_consumer(self._settings, isolation_level="read_uncommitted")
-            await self._uncommitted.start()
+        async with self._uncommitted_lock:
+            if self._uncommitted is None:
+                consumer = new_consumer(self._settings, isolation_level="read_uncommitted")
+                await consumer.start()
+                self._uncommitted = consumer
         return int((await self._uncommitted.end_offsets([tp]))[tp])
 
     async def partitions(self, topic: str) -> int:
