@@ -120,9 +120,9 @@ class AgentHost:
         self.partitions: dict[int, PartitionState] = {}
         self.recoveries: list[RecoveryRecord] = []
         self._background: set[asyncio.Task[Any]] = set()
-        # The owner's scanner (one for the process), kept for the rereads of a single agent
-        # after the takeover (a resurrection's replay). What a takeover alone needs (the
-        # group's members) is passed down its calls: takeovers run concurrently.
+        # A scanner of the owner's (they stay open as long as it), kept for the rereads of a
+        # single agent after a takeover (a resurrection's replay). What a takeover alone
+        # needs (the group's members) is passed down its calls: takeovers run concurrently.
         self._scanner: PartitionScanner | None = None
         self.hosted_here: set[str] = set()  # agents this process has run
         # The runtime manager dead-letters unreadable snapshots (it reads them at every
@@ -151,7 +151,8 @@ class AgentHost:
         Safe to run for several partitions at once (the owner's parallel takeovers): what
         is one takeover's own lives in this call, not on the host.
         """
-        self._scanner = scanner
+        if self._scanner is None:  # the later rereads use the first: any open one would do
+            self._scanner = scanner
         started = time.monotonic()
         replays: dict[str, AgentReplay] = {}
         loaded = 0.0

@@ -47,6 +47,10 @@ HEARTBEAT_INTERVAL_MS = 1000
 # A partition whose takeover failed (a hanging transaction, the broker away) is tried again
 # this often while it stays assigned: an operator's fix brings it back without a restart.
 TAKEOVER_RETRY_S = 10.0
+# Scanners for concurrent takeovers: a scanner is one consumer that scans one partition at
+# a time, so a survivor taking over a lost worker's partitions reads up to this many at
+# once (the others queue). Opened at start: opening one in a failover costs a bootstrap.
+TAKEOVER_SCANNERS = 3
 
 
 class PartitionOwner:
@@ -100,6 +104,7 @@ class PartitionOwner:
         self._lock = asyncio.Lock()  # processing and rebalancing never overlap
         self._consumer: AIOKafkaConsumer | None = None
         self._scanner: PartitionScanner | None = None
+        self._spare_scanners: list[PartitionScanner] = []  # for concurrent takeovers
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         # Assigned partitions whose takeover failed: their commands wait (paused), retried.
@@ -118,6 +123,14 @@ class PartitionOwner:
 
     async def _open_clients(self) -> None:
         self._scanner = await PartitionScanner.open(self.settings)
+        opened = await asyncio.gather(
+            *(PartitionScanner.open(self.settings) for _ in range(TAKEOVER_SCANNERS - 1)),
+            return_exceptions=True)
+        # Kept before a failure is raised, so that the failed start closes them.
+        self._spare_scanners = [one for one in opened if isinstance(one, PartitionScanner)]
+        for failure in opened:
+            if isinstance(failure, BaseException):
+                raise failure
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap,
                                           **self.settings.kafka_options())
         try:
@@ -140,13 +153,14 @@ class PartitionOwner:
 
     async def _close_clients(self) -> None:
         consumer, scanner, admin = self._consumer, self._scanner, self._admin
+        spares, self._spare_scanners = self._spare_scanners, []
         self._consumer = self._scanner = self._admin = None
         with contextlib.suppress(Exception):
             if consumer is not None:
                 await consumer.stop()
-        with contextlib.suppress(Exception):
-            if scanner is not None:
-                await scanner.close()
+        for each in [*([scanner] if scanner is not None else []), *spares]:
+            with contextlib.suppress(Exception):
+                await each.close()
         with contextlib.suppress(Exception):
             if admin is not None:
                 await admin.close()
@@ -194,6 +208,8 @@ class PartitionOwner:
         self._suspended.clear()
         if self._scanner is not None:
             await self._scanner.close()
+        for spare in self._spare_scanners:
+            await spare.close()
         if self._admin is not None:
             await self._admin.close()
 
@@ -302,31 +318,38 @@ class PartitionOwner:
         """Take ``partitions`` over at once, each on its own: most of a takeover waits on
         the broker (the fence's init_transactions, the snapshots, the scan, the agents'
         resume appends), so a survivor of a lost worker takes its partitions in about the
-        time of one instead of one after another. The scans queue behind the scanner's
-        lock; each partition's agents resume as soon as its own recovery is done; one that
-        fails is paused and retried without holding its siblings (``_take_over``). The
-        group's members are described once, for all of them."""
+        time of one instead of one after another. Each reads through one of the
+        ``TAKEOVER_SCANNERS`` (those that share one queue behind its lock); each partition's
+        agents resume as soon as its own recovery is done; one that fails is paused and
+        retried without holding its siblings (``_take_over``). The group's members are
+        described once, for all of them."""
         if not partitions:
             return
+        assert self._scanner is not None
+        scanners = [self._scanner, *self._spare_scanners]
         live = await self.live_workers()
-        await asyncio.gather(*(self._take_over(partition, live) for partition in partitions))
+        await asyncio.gather(*(self._take_over(partition, live, scanners[i % len(scanners)])
+                               for i, partition in enumerate(partitions)))
 
-    async def _take_over(self, partition: int, live: frozenset[str] | None = None) -> None:
+    async def _take_over(self, partition: int, live: frozenset[str] | None = None,
+                         scanner: PartitionScanner | None = None) -> None:
         """Open ``partition``'s writer; on failure its commands wait (the partition is
         paused) and it is tried again every ``TAKEOVER_RETRY_S``. One partition that cannot
         be taken over (a hanging transaction it cannot complete waits for an operator) must
         not keep its siblings on this member from being served. ``live``: the group's
-        members, described by the caller (None: described here)."""
-        assert self._scanner is not None
+        members, described by the caller (None: described here); ``scanner``: the one it
+        reads through (None: the owner's)."""
+        scanner = scanner or self._scanner
+        assert scanner is not None
         assert self._consumer is not None
         tp = TopicPartition(self.commands_topic, partition)
         if live is None:
             live = await self.live_workers()
         try:
             self.writers[partition] = await self.host.open_partition(
-                partition, self._scanner, live)
+                partition, scanner, live)
             crash_points.watch_commits(self.writers[partition].producer, partition)
-            await self.schedules.take_over(partition, self.writers[partition], self._scanner)
+            await self.schedules.take_over(partition, self.writers[partition], scanner)
         except Exception as exc:
             if (opened := self.writers.pop(partition, None)) is not None:  # schedules failed
                 await self.host.release_partition(partition)
