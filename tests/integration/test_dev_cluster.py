@@ -320,8 +320,9 @@ def test_the_demo_keeps_every_promise_on_the_cluster(cluster_env: ClusterEnv) ->
                     (cluster_env.home / "dev.env").read_text().splitlines()
                     if line.startswith("export "))
     demo = cluster_env.home / "demo"
-    done = cluster_env.ares("demo", "--agents", "4", "--chats", "1", "--steps", "4",
-                            "--step-ms", "150", "--json", "--workdir", str(demo), **exported)
+    # the demo's own step length: each kill lands mid-task (a miss is a broken promise)
+    done = cluster_env.ares("demo", "--agents", "6", "--chats", "1", "--steps", "8",
+                            "--step-ms", "250", "--json", "--workdir", str(demo), **exported)
     report = json.loads(_expect(done, 0, "demo --json"))
     assert report["promises_kept"] is True, report["broken_promises"]
     assert report["emails_sent_twice"] == report["steps_executed_twice"] == []
